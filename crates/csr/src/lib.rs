@@ -1,0 +1,2 @@
+//! nodeauth-csr (work in progress).
+#![forbid(unsafe_code)]

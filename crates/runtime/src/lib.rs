@@ -1,0 +1,2 @@
+//! nodeauth-runtime (work in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! nodeauth-testenv (work in progress).
+#![forbid(unsafe_code)]

@@ -1,0 +1,2 @@
+//! nodeauth-token (work in progress).
+#![forbid(unsafe_code)]
