@@ -1,1 +1,249 @@
-fn main() {}
+//! Project automation for nodeauth, in Rust (`cargo xtask ...`).
+//!
+//! - `setup`: install what a fresh Debian machine lacks (apt packages, the Kubernetes binaries).
+//! - `k8s build`: build kube-apiserver, kube-controller-manager, kubeadm, kubelet, kubectl and the
+//!   fake CRI from source (Kubernetes v1.37.1) into `~/.cache/nodeauth/`.
+//! - `cluster up|down|status`: a local control plane for people to use.
+//! - `test`: everything CI runs (the README's test command).
+//! - `demo`: the README's main command.
+
+#![forbid(unsafe_code)]
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line program talks on stdout/stderr
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use nodeauth_testenv::{cluster, k8s};
+
+mod demo;
+
+/// nodeauth project automation.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Install what this machine lacks: Debian packages (swtpm, swtpm-tools, tpm2-tools,
+    /// libtss2-dev, pkg-config, openssl) and the Kubernetes binaries.
+    Setup,
+    /// The upstream Kubernetes binaries the harness runs.
+    #[command(subcommand)]
+    K8s(K8sCmd),
+    /// A local control plane (etcd + kube-apiserver v1.37.1 on 127.0.0.1) to explore by hand.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
+    /// Run every test (what CI runs): unit, property and integration tests against a real
+    /// control plane, then a short run of every fuzz target.
+    Test {
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        cargo_args: Vec<String>,
+    },
+    /// The end-to-end demo on a local control plane.
+    Demo,
+}
+
+#[derive(Debug, Subcommand)]
+enum K8sCmd {
+    /// Build whatever is missing or stale (a cold build takes about 13 minutes on 2 cores).
+    Build,
+    /// Print where the binaries are, or what is missing (exit 1).
+    Status,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCmd {
+    /// Start etcd + kube-apiserver in the background and write `admin.kubeconfig`.
+    Up {
+        /// Also run upstream kube-controller-manager with its csrapproving, csrsigning,
+        /// csrcleaner, bootstrapsigner and tokencleaner controllers (the peer nodeauth replaces).
+        #[arg(long)]
+        with_kcm: bool,
+    },
+    /// Stop everything `up` started and remove its state.
+    Down,
+    /// Show whether the cluster runs and how to reach it.
+    Status,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Cmd::Setup => setup().map(|_| ExitCode::SUCCESS),
+        Cmd::K8s(K8sCmd::Build) => {
+            k8s::build(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::K8s(K8sCmd::Status) => Ok(match k8s::missing() {
+            None => {
+                println!("kubernetes {}: ready in {}", k8s::KUBERNETES_VERSION, k8s::bin_dir().display());
+                ExitCode::SUCCESS
+            }
+            Some(what) => {
+                println!("kubernetes {}: {what}; run `cargo xtask k8s build`", k8s::KUBERNETES_VERSION);
+                ExitCode::FAILURE
+            }
+        }),
+        Cmd::Cluster(c) => cluster_cmd(c),
+        Cmd::Test { cargo_args } => test(&cargo_args),
+        Cmd::Demo => {
+            setup()?;
+            demo::run(&cluster_state_dir())
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub(crate) fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Where `cluster up` keeps its state: `target/nodeauth-cluster/` in the workspace.
+pub(crate) fn cluster_state_dir() -> PathBuf {
+    workspace_root().join("target/nodeauth-cluster")
+}
+
+fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
+    let state = cluster_state_dir();
+    match c {
+        ClusterCmd::Up { with_kcm } => {
+            setup()?;
+            println!("starting etcd + kube-apiserver {} ...", k8s::KUBERNETES_VERSION);
+            let up = cluster::up(&state, with_kcm)?;
+            if up.already_running {
+                println!("already running (state in {})", state.display());
+            } else {
+                println!("ready in {:.1?}", up.elapsed);
+            }
+            print_usage(&up.server, &up.admin_kubeconfig);
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCmd::Down => {
+            let stopped = cluster::down(&state)?;
+            if stopped.is_empty() {
+                println!("nothing was running");
+            } else {
+                println!("stopped {}; removed {}", stopped.join(", "), state.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCmd::Status => {
+            let rec = cluster::recorded(&state);
+            if rec.is_empty() {
+                println!("not running (start it with `cargo xtask cluster up`)");
+                return Ok(ExitCode::FAILURE);
+            }
+            for r in &rec {
+                println!("{:<26} pid {:<8} {}", r.name, r.pid, if r.alive { "running" } else { "GONE" });
+            }
+            let server = std::fs::read_to_string(state.join("server")).unwrap_or_default();
+            print_usage(server.trim(), &state.join("admin.kubeconfig"));
+            Ok(if rec.iter().all(|r| r.alive) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+    }
+}
+
+fn print_usage(server: &str, kubeconfig: &Path) {
+    println!();
+    println!("  server:      {server}");
+    println!("  kubeconfig:  {}", kubeconfig.display());
+    println!();
+    println!("  export KUBECONFIG={}", kubeconfig.display());
+    println!("  export PATH={}:$PATH   # kubectl, kubeadm, kubelet v{}", k8s::bin_dir().display(), &k8s::KUBERNETES_VERSION[1..]);
+    println!("  kubectl get --raw /version");
+    println!();
+    println!("  stop it with: cargo xtask cluster down");
+}
+
+/// Debian packages the project needs beyond the machine's toolchains.
+const APT_PACKAGES: [&str; 6] = ["swtpm", "swtpm-tools", "tpm2-tools", "libtss2-dev", "pkg-config", "openssl"];
+
+fn setup() -> Result<()> {
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if !missing.is_empty() {
+        println!("installing Debian packages: {}", missing.join(" "));
+        let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+        let apt = |args: &[&str]| -> Result<()> {
+            let mut argv: Vec<&str> = sudo.to_vec();
+            argv.push("apt-get");
+            argv.extend_from_slice(args);
+            let status = Command::new(argv[0])
+                .args(&argv[1..])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .with_context(|| format!("running {}", argv.join(" ")))?;
+            if !status.success() {
+                bail!("`{}` failed ({status})", argv.join(" "));
+            }
+            Ok(())
+        };
+        apt(&["update", "-qq"])?;
+        let mut args = vec!["install", "-y", "-qq", "--no-install-recommends"];
+        args.extend(missing.iter().copied());
+        apt(&args)?;
+    }
+    k8s::build(&mut std::io::stdout())?;
+    Ok(())
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    c.current_dir(workspace_root());
+    c
+}
+
+fn run_step(what: &str, mut cmd: Command) -> Result<()> {
+    println!("==> {what}");
+    let status = cmd.status().with_context(|| format!("running {what}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
+    Ok(())
+}
+
+fn test(cargo_args: &[String]) -> Result<ExitCode> {
+    setup()?;
+    let mut t = cargo();
+    t.args(["test", "--workspace", "--no-fail-fast"]);
+    if !cargo_args.is_empty() {
+        t.arg("--").args(cargo_args);
+    }
+    run_step("cargo test --workspace", t)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,182 @@
+//! Real, unmodified kubelets (v1.37.1), each on its own fake CRI runtime.
+//!
+//! The fake CRI (`tools/k8s/fakecri`, k8s.io/cri-client's in-memory runtime) answers the
+//! kubelet's runtime calls, so the kubelet runs for real — TLS bootstrap, node registration,
+//! status updates, certificate rotation, serving — on a machine with no container runtime.
+//! Each kubelet gets its own node name, CRI socket, port, cert dir and root dir, and serves on
+//! 127.0.0.1 only.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::process::{self, Lifetime, Process};
+use crate::{ControlPlane, Error, k8s};
+
+/// How to start a kubelet.
+#[derive(Debug, Clone)]
+pub struct KubeletOptions {
+    /// `--hostname-override`: the Node name it registers and asks certificates for.
+    pub node_name: String,
+    /// A bootstrap kubeconfig (YAML), for upstream TLS bootstrap (`--bootstrap-kubeconfig`).
+    pub bootstrap_kubeconfig: Option<String>,
+    /// The kubeconfig (YAML) the kubelet uses (`--kubeconfig`), e.g. one whose user is an exec
+    /// credential plugin. With a bootstrap kubeconfig and no kubeconfig, the kubelet writes its own.
+    pub kubeconfig: Option<String>,
+    /// `rotateCertificates` in the kubelet configuration.
+    pub rotate_certificates: bool,
+    /// `serverTLSBootstrap`: ask for a `kubernetes.io/kubelet-serving` certificate.
+    pub server_tls_bootstrap: bool,
+    /// Extra command-line flags.
+    pub extra_args: Vec<String>,
+}
+
+impl KubeletOptions {
+    /// Upstream TLS bootstrap from a bootstrap kubeconfig, with client rotation and a serving CSR.
+    pub fn bootstrap(node_name: &str, bootstrap_kubeconfig: String) -> Self {
+        Self {
+            node_name: node_name.to_string(),
+            bootstrap_kubeconfig: Some(bootstrap_kubeconfig),
+            kubeconfig: None,
+            rotate_certificates: true,
+            server_tls_bootstrap: true,
+            extra_args: vec![],
+        }
+    }
+}
+
+/// A running kubelet and its fake CRI; both stopped on drop.
+#[derive(Debug)]
+pub struct Kubelet {
+    node_name: String,
+    port: u16,
+    dir: PathBuf,
+    // Field order matters: the kubelet stops before its runtime.
+    kubelet: Process,
+    _cri: Process,
+}
+
+impl Kubelet {
+    /// The node name.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    /// The kubelet's HTTPS port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `--cert-dir` (`kubelet-client-current.pem`, `kubelet-server-current.pem`, ...).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.dir.join("pki")
+    }
+
+    /// `--kubeconfig`.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.dir.join("kubelet.kubeconfig")
+    }
+
+    /// The kubelet's log.
+    pub fn log_path(&self) -> &Path {
+        self.kubelet.log_path()
+    }
+
+    /// The kubelet's process.
+    pub fn process_mut(&mut self) -> &mut Process {
+        &mut self.kubelet
+    }
+}
+
+impl ControlPlane {
+    /// Starts a fake CRI and a kubelet for `opts.node_name`, and returns once the kubelet runs
+    /// (not once it is Ready: tests wait for the Node themselves).
+    pub fn start_kubelet(&self, opts: &KubeletOptions) -> Result<Kubelet, Error> {
+        let kubelet_bin = k8s::binary("kubelet")?;
+        let cri_bin = k8s::binary("fakecri")?;
+        // Unix socket paths are limited to 108 bytes: keep the kubelet's directory short.
+        let dir = PathBuf::from("/tmp").join(format!("nak-{}", crate::random_lower_alnum(8)));
+        std::fs::create_dir_all(dir.join("pki")).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let logs = self.log_dir();
+        let socket = dir.join("cri.sock");
+        let mut cri = Process::start(
+            &format!("fakecri-{}", opts.node_name),
+            &cri_bin,
+            &[format!("--listen={}", socket.display())],
+            &logs.join(format!("fakecri-{}.log", opts.node_name)),
+            Lifetime::TiedToProcess,
+        )?;
+        process::wait_until("the fake CRI socket", Duration::from_secs(10), || {
+            cri.check_running()?;
+            Ok(socket.exists())
+        })?;
+
+        let port = process::free_port()?;
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://{socket}
+address: 127.0.0.1
+port: {port}
+healthzPort: 0
+readOnlyPort: 0
+failCgroupV1: false
+failSwapOn: false
+cgroupsPerQOS: false
+cgroupDriver: cgroupfs
+enforceNodeAllocatable: []
+localStorageCapacityIsolation: false
+rotateCertificates: {rotate}
+serverTLSBootstrap: {serving}
+podLogsDir: {logsdir}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+",
+            socket = socket.display(),
+            rotate = opts.rotate_certificates,
+            serving = opts.server_tls_bootstrap,
+            logsdir = dir.join("pod-logs").display(),
+        );
+        let write = |name: &str, content: &str| -> Result<PathBuf, Error> {
+            let p = dir.join(name);
+            crate::pki::write_private(&p, content.as_bytes())?;
+            Ok(p)
+        };
+        let config_path = write("config.yaml", &config)?;
+        let kubeconfig_path = dir.join("kubelet.kubeconfig");
+        let mut args = vec![
+            format!("--config={}", config_path.display()),
+            format!("--kubeconfig={}", kubeconfig_path.display()),
+            format!("--cert-dir={}", dir.join("pki").display()),
+            format!("--root-dir={}", dir.join("root").display()),
+            format!("--hostname-override={}", opts.node_name),
+            "--v=2".into(),
+        ];
+        if let Some(b) = &opts.bootstrap_kubeconfig {
+            let p = write("bootstrap.kubeconfig", b)?;
+            args.push(format!("--bootstrap-kubeconfig={}", p.display()));
+        }
+        if let Some(k) = &opts.kubeconfig {
+            write("kubelet.kubeconfig", k)?;
+        }
+        args.extend(opts.extra_args.iter().cloned());
+        let kubelet = Process::start(
+            &format!("kubelet-{}", opts.node_name),
+            &kubelet_bin,
+            &args,
+            &logs.join(format!("kubelet-{}.log", opts.node_name)),
+            Lifetime::TiedToProcess,
+        )?;
+        Ok(Kubelet {
+            node_name: opts.node_name.clone(),
+            port,
+            dir,
+            kubelet,
+            _cri: cri,
+        })
+    }
+}
