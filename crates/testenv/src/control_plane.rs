@@ -127,7 +127,7 @@ impl ControlPlane {
             format!("--client-ca-file={}", pki.client_ca_bundle_path().display()),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--service-account-issuer=https://kubernetes.default.svc".into(),
-            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             "--authorization-mode=Node,RBAC".into(),
             "--enable-bootstrap-token-auth=true".into(),

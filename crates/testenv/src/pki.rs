@@ -158,6 +158,8 @@ pub struct Pki {
     pub admin: CertPair,
     /// Service-account token signing key (PKCS#8 PEM, ECDSA P-256).
     pub service_account_key_pem: String,
+    /// Its public key (SubjectPublicKeyInfo PEM): what `--service-account-key-file` accepts.
+    pub service_account_public_pem: String,
     dir: PathBuf,
 }
 
@@ -189,6 +191,7 @@ impl Pki {
             apiserver,
             admin,
             service_account_key_pem: sa.serialize_pem(),
+            service_account_public_pem: sa.public_key_pem(),
             dir: dir.to_path_buf(),
         };
         pki.write()?;
@@ -204,6 +207,7 @@ impl Pki {
             ("apiserver.crt", self.apiserver.cert_pem.as_str()),
             ("apiserver.key", self.apiserver.key_pem.as_str()),
             ("sa.key", self.service_account_key_pem.as_str()),
+            ("sa.pub", self.service_account_public_pem.as_str()),
         ];
         for (name, content) in files {
             write_private(&self.dir.join(name), content.as_bytes())?;

@@ -188,7 +188,7 @@ async fn approving_needs_approve_on_the_signer_name() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let err = last.expect("a 403");
-    assert!(err.to_string().contains("signers"), "{err}");
+    assert!(err.to_string().contains("not permitted to approve requests with signerName"), "{err}");
 
     cr.rules = Some(vec![
         rule_csr,
