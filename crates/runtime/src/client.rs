@@ -1,0 +1,38 @@
+//! Building the Kubernetes client from the shared flags.
+
+use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+use crate::args::ControllerArgs;
+use crate::error::ClientError;
+
+/// Builds a [`kube::Client`] from `--kubeconfig`, or by kube's usual inference when it is
+/// unset (the `KUBECONFIG` variable, `~/.kube/config`, then the in-cluster ServiceAccount).
+///
+/// The client authenticates as whatever the kubeconfig's current context says (client
+/// certificate, bearer token, exec plugin). Credentials stay inside kube's `Config`, whose
+/// `Debug` output redacts them; nothing here logs them. A client certificate is read once: on
+/// rotation, build a new client.
+///
+/// # Errors
+/// [`ClientError::Kubeconfig`] if the named file cannot be loaded, [`ClientError::Infer`] if no
+/// configuration can be found, [`ClientError::Build`] if the client cannot be built from it.
+pub async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, ClientError> {
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig =
+                Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|source| ClientError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                })?
+        }
+        None => Config::infer().await.map_err(ClientError::Infer)?,
+    };
+    tracing::debug!(cluster_url = %config.cluster_url, namespace = %config.default_namespace, "kubernetes client configured");
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}

@@ -1,0 +1,199 @@
+//! Publishing Kubernetes Events (events.k8s.io/v1) about the objects a controller acts on.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::error::EventError;
+
+/// The API's limit on an Event's note, in bytes.
+const MAX_NOTE_BYTES: usize = 1024;
+/// The API's limit on reason and action, in characters.
+const MAX_REASON_CHARS: usize = 128;
+
+/// Publishes Events as one controller instance, so users see decisions in
+/// `kubectl describe` and `kubectl events`.
+///
+/// Repeats of the same event for the same object within a few minutes are folded into one
+/// Event with a growing count (kube's [`Recorder`] does that). Cheap to clone.
+///
+/// Needs RBAC `create` and `patch` on `events.k8s.io/events` in the object's namespace (in
+/// `default` for cluster-scoped objects such as CertificateSigningRequests).
+///
+/// Never put secrets in a note: Events are readable by anyone who can list them.
+#[derive(Clone)]
+pub struct EventPublisher {
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for EventPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventPublisher").finish_non_exhaustive()
+    }
+}
+
+/// Whether an Event reports routine progress or something worth a look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    /// Routine (`Normal`).
+    Normal,
+    /// Something went wrong or was refused (`Warning`).
+    Warning,
+}
+
+impl EventPublisher {
+    /// A publisher reporting as `controller` (e.g. `nodeauth-approver`), from `instance`
+    /// (the Pod name, or the leader-election identity).
+    #[must_use]
+    pub fn new(client: kube::Client, controller: &str, instance: &str) -> Self {
+        let reporter = Reporter {
+            controller: controller.to_owned(),
+            instance: Some(instance.to_owned()),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// Publishes a `Normal` Event about `object`. See [`EventPublisher::publish`].
+    ///
+    /// # Errors
+    /// As [`EventPublisher::publish`].
+    pub async fn normal<K>(
+        &self,
+        object: &K,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(
+            &object.object_ref(&()),
+            Severity::Normal,
+            reason,
+            action,
+            note,
+        )
+        .await
+    }
+
+    /// Publishes a `Warning` Event about `object`. See [`EventPublisher::publish`].
+    ///
+    /// # Errors
+    /// As [`EventPublisher::publish`].
+    pub async fn warning<K>(
+        &self,
+        object: &K,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(
+            &object.object_ref(&()),
+            Severity::Warning,
+            reason,
+            action,
+            note,
+        )
+        .await
+    }
+
+    /// Publishes an Event about the object `regarding`.
+    ///
+    /// `reason` is a short `PascalCase` code (`Approved`, `SignerValidationFailure`), `action`
+    /// what the controller did (`Approve`, `Sign`), both 1–128 characters. `note` is the human
+    /// message; it is cut at the API's 1 KiB limit (on a character boundary, marked with `…`).
+    ///
+    /// # Errors
+    /// [`EventError::BadReasonLength`] / [`EventError::BadActionLength`] for a reason or action
+    /// the API would refuse; [`EventError::Publish`] when the API server refuses the Event.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        severity: Severity,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) -> Result<(), EventError> {
+        let event = build_event(severity, reason, action, note)?;
+        self.recorder
+            .publish(&event, regarding)
+            .await
+            .map_err(|source| EventError::Publish {
+                reason: reason.to_owned(),
+                source,
+            })
+    }
+}
+
+fn build_event(
+    severity: Severity,
+    reason: &str,
+    action: &str,
+    note: &str,
+) -> Result<Event, EventError> {
+    let reason_len = reason.chars().count();
+    if reason_len == 0 || reason_len > MAX_REASON_CHARS {
+        return Err(EventError::BadReasonLength(reason_len));
+    }
+    let action_len = action.chars().count();
+    if action_len == 0 || action_len > MAX_REASON_CHARS {
+        return Err(EventError::BadActionLength(action_len));
+    }
+    Ok(Event {
+        type_: match severity {
+            Severity::Normal => EventType::Normal,
+            Severity::Warning => EventType::Warning,
+        },
+        reason: reason.to_owned(),
+        note: (!note.is_empty()).then(|| truncate_note(note)),
+        action: action.to_owned(),
+        secondary: None,
+    })
+}
+
+fn truncate_note(note: &str) -> String {
+    const MARK: &str = "…";
+    if note.len() <= MAX_NOTE_BYTES {
+        return note.to_owned();
+    }
+    let mut end = MAX_NOTE_BYTES - MARK.len();
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &note[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        let note = "é".repeat(1000); // 2000 bytes
+        let cut = truncate_note(&note);
+        assert!(cut.len() <= MAX_NOTE_BYTES);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate_note("short"), "short");
+    }
+
+    #[test]
+    fn reason_and_action_are_checked() {
+        assert!(matches!(
+            build_event(Severity::Normal, "", "Approve", "n"),
+            Err(EventError::BadReasonLength(0))
+        ));
+        assert!(matches!(
+            build_event(Severity::Normal, "Approved", &"a".repeat(129), "n"),
+            Err(EventError::BadActionLength(129))
+        ));
+        let ev = build_event(Severity::Warning, "Denied", "Deny", "").unwrap();
+        assert_eq!(ev.type_, EventType::Warning);
+        assert!(ev.note.is_none());
+    }
+}
