@@ -91,11 +91,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::K8s(K8sCmd::Status) => Ok(match k8s::missing() {
             None => {
-                println!("kubernetes {}: ready in {}", k8s::KUBERNETES_VERSION, k8s::bin_dir().display());
+                println!(
+                    "kubernetes {}: ready in {}",
+                    k8s::KUBERNETES_VERSION,
+                    k8s::bin_dir().display()
+                );
                 ExitCode::SUCCESS
             }
             Some(what) => {
-                println!("kubernetes {}: {what}; run `cargo xtask k8s build`", k8s::KUBERNETES_VERSION);
+                println!(
+                    "kubernetes {}: {what}; run `cargo xtask k8s build`",
+                    k8s::KUBERNETES_VERSION
+                );
                 ExitCode::FAILURE
             }
         }),
@@ -126,7 +133,10 @@ fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
     match c {
         ClusterCmd::Up { with_kcm } => {
             setup()?;
-            println!("starting etcd + kube-apiserver {} ...", k8s::KUBERNETES_VERSION);
+            println!(
+                "starting etcd + kube-apiserver {} ...",
+                k8s::KUBERNETES_VERSION
+            );
             let up = cluster::up(&state, with_kcm)?;
             if up.already_running {
                 println!("already running (state in {})", state.display());
@@ -141,7 +151,11 @@ fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
             if stopped.is_empty() {
                 println!("nothing was running");
             } else {
-                println!("stopped {}; removed {}", stopped.join(", "), state.display());
+                println!(
+                    "stopped {}; removed {}",
+                    stopped.join(", "),
+                    state.display()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -152,11 +166,20 @@ fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
                 return Ok(ExitCode::FAILURE);
             }
             for r in &rec {
-                println!("{:<26} pid {:<8} {}", r.name, r.pid, if r.alive { "running" } else { "GONE" });
+                println!(
+                    "{:<26} pid {:<8} {}",
+                    r.name,
+                    r.pid,
+                    if r.alive { "running" } else { "GONE" }
+                );
             }
             let server = std::fs::read_to_string(state.join("server")).unwrap_or_default();
             print_usage(server.trim(), &state.join("admin.kubeconfig"));
-            Ok(if rec.iter().all(|r| r.alive) { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if rec.iter().all(|r| r.alive) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }
@@ -167,14 +190,25 @@ fn print_usage(server: &str, kubeconfig: &Path) {
     println!("  kubeconfig:  {}", kubeconfig.display());
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
-    println!("  export PATH={}:$PATH   # kubectl, kubeadm, kubelet v{}", k8s::bin_dir().display(), &k8s::KUBERNETES_VERSION[1..]);
+    println!(
+        "  export PATH={}:$PATH   # kubectl, kubeadm, kubelet v{}",
+        k8s::bin_dir().display(),
+        &k8s::KUBERNETES_VERSION[1..]
+    );
     println!("  kubectl get --raw /version");
     println!();
     println!("  stop it with: cargo xtask cluster down");
 }
 
 /// Debian packages the project needs beyond the machine's toolchains.
-const APT_PACKAGES: [&str; 6] = ["swtpm", "swtpm-tools", "tpm2-tools", "libtss2-dev", "pkg-config", "openssl"];
+const APT_PACKAGES: [&str; 6] = [
+    "swtpm",
+    "swtpm-tools",
+    "tpm2-tools",
+    "libtss2-dev",
+    "pkg-config",
+    "openssl",
+];
 
 fn setup() -> Result<()> {
     let missing: Vec<&str> = APT_PACKAGES

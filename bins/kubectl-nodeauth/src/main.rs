@@ -41,7 +41,11 @@ fn main() -> ExitCode {
         Err(err) => {
             // clap prints help/version with exit 0 and usage errors with 2; keep that contract.
             let _ = err.print();
-            return if err.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if err.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match cli.command {

@@ -124,7 +124,10 @@ pub fn up(state: &Path, with_kcm: bool) -> Result<Up, Error> {
         let mut opts = KcmOptions::controllers(&PEER_CONTROLLERS);
         opts.lifetime = Lifetime::Detached;
         match cp.start_kcm(&opts) {
-            Ok(kcm) => lines.push(format!("kube-controller-manager {}", kcm.into_detached_pid())),
+            Ok(kcm) => lines.push(format!(
+                "kube-controller-manager {}",
+                kcm.into_detached_pid()
+            )),
             Err(e) => {
                 let pids = cp.into_detached_pids();
                 record(&state, &pids, &[])?;
@@ -134,7 +137,8 @@ pub fn up(state: &Path, with_kcm: bool) -> Result<Up, Error> {
         }
     }
     let server = cp.server().to_string();
-    std::fs::write(state.join("server"), &server).map_err(|e| Error::io("writing the server file".into(), e))?;
+    std::fs::write(state.join("server"), &server)
+        .map_err(|e| Error::io("writing the server file".into(), e))?;
     let pids = cp.into_detached_pids();
     record(&state, &pids, &lines)?;
     Ok(Up {
@@ -183,7 +187,8 @@ pub fn down(state: &Path) -> Result<Vec<String>, Error> {
         stopped.push(format!("pid {pid}"));
     }
     if state.exists() {
-        std::fs::remove_dir_all(&state).map_err(|e| Error::io(format!("removing {}", state.display()), e))?;
+        std::fs::remove_dir_all(&state)
+            .map_err(|e| Error::io(format!("removing {}", state.display()), e))?;
     }
     Ok(stopped)
 }

@@ -81,7 +81,8 @@ impl ControlPlane {
             .map_err(|e| Error::Other(format!("no vendored etcd for this platform: {e:?}")))?;
         let dir = opts.dir.clone();
         let logs = dir.join("logs");
-        std::fs::create_dir_all(&logs).map_err(|e| Error::io(format!("creating {}", logs.display()), e))?;
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| Error::io(format!("creating {}", logs.display()), e))?;
         let started = Instant::now();
         let pki = Pki::generate(&dir.join("pki"))?;
 
@@ -226,9 +227,15 @@ impl ControlPlane {
     }
 
     /// Writes a kubeconfig under this control plane's directory and returns its path.
-    pub fn write_kubeconfig(&self, file_name: &str, user: &str, cred: &Credential) -> Result<PathBuf, Error> {
+    pub fn write_kubeconfig(
+        &self,
+        file_name: &str,
+        user: &str,
+        cred: &Credential,
+    ) -> Result<PathBuf, Error> {
         let dir = self.dir.join("kubeconfigs");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let path = dir.join(file_name);
         crate::pki::write_private(&path, self.kubeconfig(user, cred).as_bytes())?;
         Ok(path)
@@ -245,7 +252,11 @@ impl ControlPlane {
     }
 
     /// A client certificate from the cluster CA, which the apiserver trusts.
-    pub fn issue_client_cert(&self, common_name: &str, organizations: &[&str]) -> Result<CertPair, Error> {
+    pub fn issue_client_cert(
+        &self,
+        common_name: &str,
+        organizations: &[&str],
+    ) -> Result<CertPair, Error> {
         self.pki.cluster_ca.issue_client(common_name, organizations)
     }
 
@@ -271,8 +282,8 @@ impl ControlPlane {
                 .lock()
                 .map_err(|_| Error::Other("client CA bundle lock poisoned".into()))?;
             let path = self.pki.client_ca_bundle_path();
-            let mut bundle =
-                std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+            let mut bundle = std::fs::read_to_string(&path)
+                .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
             if !bundle.contains(ca.cert_pem.trim()) {
                 if !bundle.ends_with('\n') {
                     bundle.push('\n');
@@ -296,11 +307,18 @@ impl ControlPlane {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             match crate::whoami(&client).await {
-                Ok(user) if user.username.as_deref() == Some("nodeauth-testenv-ca-probe") => return Ok(()),
+                Ok(user) if user.username.as_deref() == Some("nodeauth-testenv-ca-probe") => {
+                    return Ok(());
+                }
                 Ok(_) | Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Ok(user) => return Err(Error::Other(format!("probe authenticated as {:?}", user.username))),
+                Ok(user) => {
+                    return Err(Error::Other(format!(
+                        "probe authenticated as {:?}",
+                        user.username
+                    )));
+                }
                 Err(e) => {
                     return Err(Error::Timeout {
                         what: "the apiserver to trust a new client CA".into(),
@@ -336,7 +354,9 @@ impl ControlPlane {
 
     /// Detaches the processes (for `cluster up`): they keep running after this value is gone.
     pub fn into_detached_pids(self) -> Vec<u32> {
-        let Self { etcd, apiserver, .. } = self;
+        let Self {
+            etcd, apiserver, ..
+        } = self;
         [apiserver, etcd]
             .into_iter()
             .filter_map(|m| m.into_inner().ok().map(Process::into_detached_pid))
@@ -346,10 +366,12 @@ impl ControlPlane {
 
 /// A kube client from kubeconfig YAML.
 pub async fn client_from_kubeconfig(yaml: &str) -> Result<kube::Client, Error> {
-    let kc = kube::config::Kubeconfig::from_yaml(yaml).map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
+    let kc = kube::config::Kubeconfig::from_yaml(yaml)
         .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
     kube::Client::try_from(config).map_err(|e| Error::Other(format!("building a client: {e}")))
 }
 
@@ -362,8 +384,7 @@ fn http_get_ok(port: u16, path: &str) -> bool {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+    if s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
         .is_err()
     {
         return false;
@@ -374,7 +395,9 @@ fn http_get_ok(port: u16, path: &str) -> bool {
 }
 
 fn remove_stale_dirs(tmp: &Path) {
-    let Ok(entries) = std::fs::read_dir(tmp) else { return };
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name();
         let Some(pid) = name
@@ -395,7 +418,10 @@ fn install_panic_hook(dir: PathBuf) {
     std::panic::set_hook(Box::new(move |info| {
         previous(info);
         let logs = dir.join("logs");
-        let mut msg = format!("\n--- testenv: control-plane logs are in {} ---\n", logs.display());
+        let mut msg = format!(
+            "\n--- testenv: control-plane logs are in {} ---\n",
+            logs.display()
+        );
         if let Ok(entries) = std::fs::read_dir(&logs) {
             let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
             names.sort();

@@ -57,12 +57,22 @@ impl ControlPlane {
     pub fn start_kcm(&self, opts: &KcmOptions) -> Result<Kcm, Error> {
         let bin = k8s::binary("kube-controller-manager")?;
         let name = crate::unique_name("kcm");
-        let kubeconfig = self.write_kubeconfig(&format!("{name}.kubeconfig"), "nodeauth-admin", &self.admin_credential())?;
+        let kubeconfig = self.write_kubeconfig(
+            &format!("{name}.kubeconfig"),
+            "nodeauth-admin",
+            &self.admin_credential(),
+        )?;
         let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--controllers={}", opts.controllers.join(",")),
-            format!("--cluster-signing-cert-file={}", self.pki().path("kcm-signer.crt").display()),
-            format!("--cluster-signing-key-file={}", self.pki().path("kcm-signer.key").display()),
+            format!(
+                "--cluster-signing-cert-file={}",
+                self.pki().path("kcm-signer.crt").display()
+            ),
+            format!(
+                "--cluster-signing-key-file={}",
+                self.pki().path("kcm-signer.key").display()
+            ),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--use-service-account-credentials=false".into(),
@@ -71,11 +81,15 @@ impl ControlPlane {
         args.extend(opts.extra_args.iter().cloned());
         let log = self.log_dir().join(format!("{name}.log"));
         let mut process = Process::start(&name, &bin, &args, &log, opts.lifetime)?;
-        process::wait_until("kube-controller-manager to start its controllers", Duration::from_secs(60), || {
-            process.check_running()?;
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            Ok(text.contains("Controller starting"))
-        })?;
+        process::wait_until(
+            "kube-controller-manager to start its controllers",
+            Duration::from_secs(60),
+            || {
+                process.check_running()?;
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                Ok(text.contains("Controller starting"))
+            },
+        )?;
         Ok(Kcm { process })
     }
 }

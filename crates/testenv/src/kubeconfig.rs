@@ -37,12 +37,16 @@ impl std::fmt::Debug for Credential {
         match self {
             Self::ClientCert { .. } => f.write_str("ClientCert(<redacted>)"),
             Self::Token(_) => f.write_str("Token(<redacted>)"),
-            Self::ClientCertFiles { cert, key } => {
-                f.debug_struct("ClientCertFiles").field("cert", cert).field("key", key).finish()
-            }
-            Self::Exec { command, args } => {
-                f.debug_struct("Exec").field("command", command).field("args", args).finish()
-            }
+            Self::ClientCertFiles { cert, key } => f
+                .debug_struct("ClientCertFiles")
+                .field("cert", cert)
+                .field("key", key)
+                .finish(),
+            Self::Exec { command, args } => f
+                .debug_struct("Exec")
+                .field("command", command)
+                .field("args", args)
+                .finish(),
             Self::None => f.write_str("None"),
         }
     }
@@ -67,7 +71,10 @@ pub fn render(server: &str, ca_pem: &str, user: &str, cred: &Credential) -> Stri
             if !args.is_empty() {
                 s.push_str("      args:\n");
                 for a in args {
-                    s.push_str(&format!("      - {}\n", serde_json::Value::String(a.clone())));
+                    s.push_str(&format!(
+                        "      - {}\n",
+                        serde_json::Value::String(a.clone())
+                    ));
                 }
             }
             s
@@ -112,10 +119,22 @@ mod tests {
             },
         );
         let kc: kube::config::Kubeconfig = serde_yaml_from(&y);
-        assert_eq!(kc.current_context.as_deref(), Some("alice@nodeauth-testenv"));
-        let exec = kc.auth_infos[0].auth_info.as_ref().unwrap().exec.as_ref().unwrap();
+        assert_eq!(
+            kc.current_context.as_deref(),
+            Some("alice@nodeauth-testenv")
+        );
+        let exec = kc.auth_infos[0]
+            .auth_info
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap();
         assert_eq!(exec.command.as_deref(), Some("/bin/agent"));
-        assert_eq!(exec.args.as_ref().unwrap(), &vec!["credential".to_string(), "--x=1".into()]);
+        assert_eq!(
+            exec.args.as_ref().unwrap(),
+            &vec!["credential".to_string(), "--x=1".into()]
+        );
     }
 
     fn serde_yaml_from(y: &str) -> kube::config::Kubeconfig {

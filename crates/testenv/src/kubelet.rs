@@ -95,7 +95,8 @@ impl ControlPlane {
         let cri_bin = k8s::binary("fakecri")?;
         // Unix socket paths are limited to 108 bytes: keep the kubelet's directory short.
         let dir = PathBuf::from("/tmp").join(format!("nak-{}", crate::random_lower_alnum(8)));
-        std::fs::create_dir_all(dir.join("pki")).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir.join("pki"))
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let logs = self.log_dir();
         let socket = dir.join("cri.sock");
         let mut cri = Process::start(

@@ -168,13 +168,19 @@ pub async fn whoami(client: &kube::Client) -> Result<UserInfo, Error> {
 ///
 /// A harness helper, deliberately independent of nodeauth's own token code: tests use it to
 /// check nodeauth against what the apiserver accepts.
-pub async fn create_bootstrap_token(client: &kube::Client, extra_groups: &[&str]) -> Result<String, Error> {
+pub async fn create_bootstrap_token(
+    client: &kube::Client,
+    extra_groups: &[&str],
+) -> Result<String, Error> {
     let id = random_lower_alnum(6);
     let secret = random_lower_alnum(16);
     let mut data = std::collections::BTreeMap::new();
     data.insert("token-id".to_string(), id.clone());
     data.insert("token-secret".to_string(), secret.clone());
-    data.insert("usage-bootstrap-authentication".to_string(), "true".to_string());
+    data.insert(
+        "usage-bootstrap-authentication".to_string(),
+        "true".to_string(),
+    );
     data.insert("usage-bootstrap-signing".to_string(), "true".to_string());
     if !extra_groups.is_empty() {
         data.insert("auth-extra-groups".to_string(), extra_groups.join(","));
@@ -206,7 +212,11 @@ mod tests {
         let b = unique_name("t");
         assert_ne!(a, b);
         for n in [a, b] {
-            assert!(n.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'), "{n}");
+            assert!(
+                n.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-'),
+                "{n}"
+            );
         }
     }
 

@@ -13,8 +13,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 
 use crate::Error;
@@ -96,7 +96,11 @@ impl Ca {
     }
 
     /// Issues a client certificate (`CN=common_name`, one `O` per organization).
-    pub fn issue_client(&self, common_name: &str, organizations: &[&str]) -> Result<CertPair, Error> {
+    pub fn issue_client(
+        &self,
+        common_name: &str,
+        organizations: &[&str],
+    ) -> Result<CertPair, Error> {
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, common_name);
         for o in organizations {
@@ -106,14 +110,17 @@ impl Ca {
     }
 
     /// Issues a serving certificate for these DNS names and IP addresses.
-    pub fn issue_server(&self, common_name: &str, dns: &[&str], ips: &[IpAddr]) -> Result<CertPair, Error> {
+    pub fn issue_server(
+        &self,
+        common_name: &str,
+        dns: &[&str],
+        ips: &[IpAddr],
+    ) -> Result<CertPair, Error> {
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, common_name);
         let mut sans = Vec::new();
         for d in dns {
-            sans.push(SanType::DnsName(
-                (*d).try_into().map_err(rc("a DNS SAN"))?,
-            ));
+            sans.push(SanType::DnsName((*d).try_into().map_err(rc("a DNS SAN"))?));
         }
         sans.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
         self.issue(dn, sans, vec![ExtendedKeyUsagePurpose::ServerAuth])
@@ -166,7 +173,8 @@ pub struct Pki {
 impl Pki {
     /// Generates a fresh PKI and writes it to `dir`.
     pub fn generate(dir: &Path) -> Result<Self, Error> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         let cluster_ca = Ca::new("nodeauth-testenv-ca")?;
         let kcm_signer_ca = Ca::new("nodeauth-testenv-kcm-signer")?;
         let apiserver = cluster_ca.issue_server(
@@ -202,7 +210,10 @@ impl Pki {
         let files = [
             ("ca.crt", self.cluster_ca.pair().cert_pem.as_str()),
             ("ca.key", self.cluster_ca.pair().key_pem.as_str()),
-            ("kcm-signer.crt", self.kcm_signer_ca.pair().cert_pem.as_str()),
+            (
+                "kcm-signer.crt",
+                self.kcm_signer_ca.pair().cert_pem.as_str(),
+            ),
             ("kcm-signer.key", self.kcm_signer_ca.pair().key_pem.as_str()),
             ("apiserver.crt", self.apiserver.cert_pem.as_str()),
             ("apiserver.key", self.apiserver.key_pem.as_str()),
@@ -241,5 +252,6 @@ pub fn write_private(path: &Path, content: &[u8]) -> Result<(), Error> {
         .mode(0o600)
         .open(path)
         .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
-    std::io::Write::write_all(&mut f, content).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    std::io::Write::write_all(&mut f, content)
+        .map_err(|e| Error::io(format!("writing {}", path.display()), e))
 }

@@ -35,7 +35,9 @@ pub async fn bind_cluster_role_to_group(
     {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(Error::kube(format!("creating ClusterRoleBinding {binding_name}"))(e)),
+        Err(e) => Err(Error::kube(format!(
+            "creating ClusterRoleBinding {binding_name}"
+        ))(e)),
     }
 }
 

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::process::{self, Lifetime, Process};
 use crate::Error;
+use crate::process::{self, Lifetime, Process};
 
 /// A running swtpm; stopped on drop. Its state directory is removed with it.
 #[derive(Debug)]
@@ -24,7 +24,12 @@ impl Swtpm {
     /// Manufactures a new TPM (fresh EKs and EK certificates) and starts serving it.
     pub fn start() -> Result<Self, Error> {
         for tool in ["swtpm", "swtpm_setup"] {
-            if Command::new("which").arg(tool).output().map(|o| !o.status.success()).unwrap_or(true) {
+            if Command::new("which")
+                .arg(tool)
+                .output()
+                .map(|o| !o.status.success())
+                .unwrap_or(true)
+            {
                 return Err(Error::Other(format!(
                     "{tool} is not installed: run `cargo xtask setup` (apt-get install swtpm swtpm-tools tpm2-tools)"
                 )));
@@ -32,7 +37,8 @@ impl Swtpm {
         }
         let dir = std::env::temp_dir().join(crate::unique_name("nodeauth-swtpm"));
         let state = dir.join("state");
-        std::fs::create_dir_all(&state).map_err(|e| Error::io(format!("creating {}", state.display()), e))?;
+        std::fs::create_dir_all(&state)
+            .map_err(|e| Error::io(format!("creating {}", state.display()), e))?;
         let out = Command::new("swtpm_setup")
             .args(["--tpm2", "--tpmstate"])
             .arg(&state)
@@ -117,9 +123,13 @@ impl Swtpm {
     pub fn ek_ca_chain_pem() -> Result<(String, String), Error> {
         let dir = Self::local_ca_dir();
         let read = |n: &str| {
-            std::fs::read_to_string(dir.join(n)).map_err(|e| Error::io(format!("reading {}", dir.join(n).display()), e))
+            std::fs::read_to_string(dir.join(n))
+                .map_err(|e| Error::io(format!("reading {}", dir.join(n).display()), e))
         };
-        Ok((read("issuercert.pem")?, read("swtpm-localca-rootca-cert.pem")?))
+        Ok((
+            read("issuercert.pem")?,
+            read("swtpm-localca-rootca-cert.pem")?,
+        ))
     }
 }
 

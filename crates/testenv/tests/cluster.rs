@@ -1,6 +1,8 @@
 //! `cargo xtask cluster up|down` (the library behind it): up starts a detached control plane
 //! with upstream KCM; down leaves no process behind.
 
+#![allow(clippy::print_stderr)] // the measured start-up time is worth seeing in the test log
+
 use std::time::{Duration, Instant};
 
 use nodeauth_testenv::cluster;
@@ -23,7 +25,10 @@ fn up_then_down_leaves_no_process_behind() {
     assert!(up.admin_kubeconfig.exists());
     eprintln!("cluster up ready in {:.1?}", up.elapsed);
     let running = cluster::processes_naming(&state);
-    assert!(running.len() >= 3, "etcd, kube-apiserver and kube-controller-manager: {running:?}");
+    assert!(
+        running.len() >= 3,
+        "etcd, kube-apiserver and kube-controller-manager: {running:?}"
+    );
     let rec = cluster::recorded(&state);
     assert_eq!(rec.len(), 3, "{rec:?}");
     assert!(rec.iter().all(|r| r.alive), "{rec:?}");
@@ -39,9 +44,16 @@ fn up_then_down_leaves_no_process_behind() {
     while !cluster::processes_naming(&state).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(cluster::processes_naming(&state), Vec::<u32>::new(), "processes left behind");
+    assert_eq!(
+        cluster::processes_naming(&state),
+        Vec::<u32>::new(),
+        "processes left behind"
+    );
     for pid in running {
-        assert!(!nodeauth_testenv::process::is_alive(pid), "pid {pid} still alive");
+        assert!(
+            !nodeauth_testenv::process::is_alive(pid),
+            "pid {pid} still alive"
+        );
     }
     assert!(!state.exists(), "state directory removed");
 }

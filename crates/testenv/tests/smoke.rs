@@ -2,7 +2,9 @@
 //! tokens, node client certificates), the Node authorizer, NodeRestriction, and the CSR API's
 //! signer-scoped approval permission.
 
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -32,18 +34,30 @@ async fn bootstrap_token_authenticates_with_its_extra_groups() {
     let group = format!("system:bootstrappers:{}", unique_name("g"));
     let token = create_bootstrap_token(&admin, &[&group]).await.unwrap();
     let id = token.split('.').next().unwrap();
-    let client = cp().client(&Credential::Token(token.clone())).await.unwrap();
+    let client = cp()
+        .client(&Credential::Token(token.clone()))
+        .await
+        .unwrap();
     let me = whoami(&client).await.unwrap();
-    assert_eq!(me.username.as_deref(), Some(format!("system:bootstrap:{id}").as_str()));
+    assert_eq!(
+        me.username.as_deref(),
+        Some(format!("system:bootstrap:{id}").as_str())
+    );
     let groups = me.groups.unwrap_or_default();
-    assert!(groups.contains(&"system:bootstrappers".to_string()), "{groups:?}");
+    assert!(
+        groups.contains(&"system:bootstrappers".to_string()),
+        "{groups:?}"
+    );
     assert!(groups.contains(&group), "{groups:?}");
 
     // A token with a wrong secret is not accepted.
     let wrong = format!("{id}.{}", "0".repeat(16));
     let bad = cp().client(&Credential::Token(wrong)).await.unwrap();
     let err = whoami(&bad).await.unwrap_err();
-    assert!(err.to_string().contains("401") || err.to_string().contains("Unauthorized"), "{err}");
+    assert!(
+        err.to_string().contains("401") || err.to_string().contains("Unauthorized"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -59,10 +73,23 @@ async fn node_identity_is_limited_by_the_node_authorizer() {
         },
         ..Default::default()
     };
-    nodes.create(&PostParams::default(), &mk(&name)).await.expect("a node creates its own Node");
-    assert_eq!(nodes.get(&name).await.unwrap().metadata.name.as_deref(), Some(name.as_str()));
-    let refused = nodes.create(&PostParams::default(), &mk(&other)).await.unwrap_err();
-    assert_eq!(status_code(&refused), Some(403), "NodeRestriction: {refused}");
+    nodes
+        .create(&PostParams::default(), &mk(&name))
+        .await
+        .expect("a node creates its own Node");
+    assert_eq!(
+        nodes.get(&name).await.unwrap().metadata.name.as_deref(),
+        Some(name.as_str())
+    );
+    let refused = nodes
+        .create(&PostParams::default(), &mk(&other))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        status_code(&refused),
+        Some(403),
+        "NodeRestriction: {refused}"
+    );
 
     let admin = cp().admin_client().await.unwrap();
     let secret_name = unique_name("s");
@@ -79,14 +106,19 @@ async fn node_identity_is_limited_by_the_node_authorizer() {
         )
         .await
         .unwrap();
-    let err = Api::<Secret>::namespaced(node, "default").get(&secret_name).await.unwrap_err();
+    let err = Api::<Secret>::namespaced(node, "default")
+        .get(&secret_name)
+        .await
+        .unwrap_err();
     assert_eq!(status_code(&err), Some(403), "Node authorizer: {err}");
 }
 
 fn csr_pem(cn: &str) -> String {
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
     params.serialize_request(&key).unwrap().pem().unwrap()
 }
 
@@ -177,7 +209,10 @@ async fn approving_needs_approve_on_the_signer_name() {
     // RBAC changes reach the authorizer within moments; retry briefly on the expected outcome.
     let mut last = None;
     for _ in 0..50 {
-        match as_user.patch_approval(&csr_name, &PatchParams::default(), &patch).await {
+        match as_user
+            .patch_approval(&csr_name, &PatchParams::default(), &patch)
+            .await
+        {
             Err(e) if status_code(&e) == Some(403) => {
                 last = Some(e);
                 break;
@@ -188,7 +223,11 @@ async fn approving_needs_approve_on_the_signer_name() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let err = last.expect("a 403");
-    assert!(err.to_string().contains("not permitted to approve requests with signerName"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("not permitted to approve requests with signerName"),
+        "{err}"
+    );
 
     cr.rules = Some(vec![
         rule_csr,
@@ -200,10 +239,16 @@ async fn approving_needs_approve_on_the_signer_name() {
             ..Default::default()
         },
     ]);
-    roles.replace(&role, &PostParams::default(), &cr).await.unwrap();
+    roles
+        .replace(&role, &PostParams::default(), &cr)
+        .await
+        .unwrap();
     let mut approved = false;
     for _ in 0..100 {
-        match as_user.patch_approval(&csr_name, &PatchParams::default(), &patch).await {
+        match as_user
+            .patch_approval(&csr_name, &PatchParams::default(), &patch)
+            .await
+        {
             Ok(_) => {
                 approved = true;
                 break;
@@ -214,8 +259,16 @@ async fn approving_needs_approve_on_the_signer_name() {
             Err(e) => panic!("unexpected: {e}"),
         }
     }
-    assert!(approved, "approve on signers/{signer} did not allow the approval");
+    assert!(
+        approved,
+        "approve on signers/{signer} did not allow the approval"
+    );
     let csr = csrs.get(&csr_name).await.unwrap();
     let conds = csr.status.and_then(|s| s.conditions).unwrap_or_default();
-    assert!(conds.iter().any(|c| c.type_ == "Approved" && c.status == "True"), "{conds:?}");
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "Approved" && c.status == "True"),
+        "{conds:?}"
+    );
 }

@@ -17,7 +17,11 @@ fn swtpm_serves_an_ek_certificate_from_its_local_ca() {
         .arg(&der)
         .output()
         .expect("tpm2_nvread (apt-get install tpm2-tools)");
-    assert!(out.status.success(), "tpm2_nvread: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tpm2_nvread: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pem = dir.join("ek.pem");
     let conv = Command::new("openssl")
         .args(["x509", "-inform", "DER", "-in"])
@@ -26,7 +30,11 @@ fn swtpm_serves_an_ek_certificate_from_its_local_ca() {
         .arg(&pem)
         .output()
         .unwrap();
-    assert!(conv.status.success(), "{}", String::from_utf8_lossy(&conv.stderr));
+    assert!(
+        conv.status.success(),
+        "{}",
+        String::from_utf8_lossy(&conv.stderr)
+    );
     let ca = Swtpm::local_ca_dir();
     let verify = Command::new("openssl")
         .arg("verify")
@@ -38,7 +46,11 @@ fn swtpm_serves_an_ek_certificate_from_its_local_ca() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&verify.stdout);
-    assert!(verify.status.success() && stdout.contains(": OK"), "{stdout}{}", String::from_utf8_lossy(&verify.stderr));
+    assert!(
+        verify.status.success() && stdout.contains(": OK"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
 
     // And a certificate that is not the EK's does not verify against that CA.
     let issuer = Command::new("openssl")

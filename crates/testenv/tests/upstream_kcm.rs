@@ -9,13 +9,15 @@ use std::time::Duration;
 
 use base64ct::{Base64UrlUnpadded, Encoding};
 use hmac::{KeyInit, Mac};
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{
-    ControlPlane, Credential, Kcm, KcmOptions, KubeletOptions, bind_kubeadm_node_bootstrap, create_bootstrap_token,
-    unique_name,
+    ControlPlane, Credential, Kcm, KcmOptions, KubeletOptions, bind_kubeadm_node_bootstrap,
+    create_bootstrap_token, unique_name,
 };
 
 fn cp() -> &'static ControlPlane {
@@ -41,10 +43,10 @@ async fn wait<T>(what: &str, secs: u64, fut: impl std::future::Future<Output = T
     match tokio::time::timeout(Duration::from_secs(secs), fut).await {
         Ok(v) => v,
         Err(_) => {
-            if let Ok(mut k) = kcm().lock() {
-                if let Err(e) = k.check_running() {
-                    panic!("timed out waiting for {what}; {e}");
-                }
+            if let Ok(mut k) = kcm().lock()
+                && let Err(e) = k.check_running()
+            {
+                panic!("timed out waiting for {what}; {e}");
             }
             panic!("timed out after {secs}s waiting for {what}")
         }
@@ -54,11 +56,15 @@ async fn wait<T>(what: &str, secs: u64, fut: impl std::future::Future<Output = T
 /// The detached JWS upstream's bootstrapsigner writes, computed here independently:
 /// HS256 over `b64url(header) "." b64url(content)` with the token secret as key.
 fn expected_jws(content: &str, id: &str, secret: &str) -> String {
-    let header = Base64UrlUnpadded::encode_string(format!(r#"{{"alg":"HS256","kid":"{id}"}}"#).as_bytes());
+    let header =
+        Base64UrlUnpadded::encode_string(format!(r#"{{"alg":"HS256","kid":"{id}"}}"#).as_bytes());
     let payload = Base64UrlUnpadded::encode_string(content.as_bytes());
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(format!("{header}.{payload}").as_bytes());
-    format!("{header}..{}", Base64UrlUnpadded::encode_string(&mac.finalize().into_bytes()))
+    format!(
+        "{header}..{}",
+        Base64UrlUnpadded::encode_string(&mac.finalize().into_bytes())
+    )
 }
 
 #[tokio::test]
@@ -87,9 +93,14 @@ async fn bootstrapsigner_signature_equals_an_independent_hmac() {
     let cm = wait(
         "the bootstrapsigner to sign cluster-info",
         60,
-        await_condition(cms.clone(), "cluster-info", move |cm: Option<&ConfigMap>| {
-            cm.and_then(|c| c.data.as_ref()).is_some_and(|d| d.contains_key(&k2))
-        }),
+        await_condition(
+            cms.clone(),
+            "cluster-info",
+            move |cm: Option<&ConfigMap>| {
+                cm.and_then(|c| c.data.as_ref())
+                    .is_some_and(|d| d.contains_key(&k2))
+            },
+        ),
     )
     .await
     .unwrap()
@@ -130,7 +141,11 @@ async fn a_real_kubelet_bootstraps_through_upstream_kcm() {
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     };
-    let r = tokio::time::timeout(Duration::from_secs(90), await_condition(nodes.clone(), &node_name, ready)).await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(nodes.clone(), &node_name, ready),
+    )
+    .await;
     if r.is_err() {
         let _ = kubelet.process_mut().check_running();
         panic!(
@@ -139,7 +154,12 @@ async fn a_real_kubelet_bootstraps_through_upstream_kcm() {
         );
     }
     let node = r.unwrap().unwrap().unwrap();
-    assert!(kubelet.cert_dir().join("kubelet-client-current.pem").exists());
+    assert!(
+        kubelet
+            .cert_dir()
+            .join("kubelet-client-current.pem")
+            .exists()
+    );
 
     // The serving CSR: SANs equal to the Node's addresses (KCM never approves it).
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
@@ -148,7 +168,8 @@ async fn a_real_kubelet_bootstraps_through_upstream_kcm() {
         loop {
             let list = csrs.list(&ListParams::default()).await.unwrap();
             if let Some(c) = list.items.into_iter().find(|c| {
-                c.spec.signer_name == "kubernetes.io/kubelet-serving" && c.spec.username.as_deref() == Some(&username)
+                c.spec.signer_name == "kubernetes.io/kubelet-serving"
+                    && c.spec.username.as_deref() == Some(&username)
             }) {
                 return c;
             }
@@ -168,7 +189,11 @@ async fn a_real_kubelet_bootstraps_through_upstream_kcm() {
         }
     }
     let addrs = node.status.unwrap().addresses.unwrap();
-    let mut want_dns: Vec<String> = addrs.iter().filter(|a| a.type_ == "Hostname").map(|a| a.address.clone()).collect();
+    let mut want_dns: Vec<String> = addrs
+        .iter()
+        .filter(|a| a.type_ == "Hostname")
+        .map(|a| a.address.clone())
+        .collect();
     let mut want_ips: Vec<String> = addrs
         .iter()
         .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
@@ -198,8 +223,12 @@ async fn upstream_kcm_lets_a_token_holder_impersonate_an_existing_node() {
 
     let key = rcgen::KeyPair::generate().unwrap();
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{victim}"));
-    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{victim}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
     let request = params.serialize_request(&key).unwrap().pem().unwrap();
     let name = unique_name("impostor-csr");
     let csrs: Api<CertificateSigningRequest> = Api::all(attacker);
@@ -225,16 +254,26 @@ async fn upstream_kcm_lets_a_token_holder_impersonate_an_existing_node() {
     let issued = wait(
         "KCM to approve and sign the impostor CSR",
         60,
-        await_condition(admin_csrs, &name, |c: Option<&CertificateSigningRequest>| {
-            c.and_then(|c| c.status.as_ref()).and_then(|s| s.certificate.as_ref()).is_some()
-        }),
+        await_condition(
+            admin_csrs,
+            &name,
+            |c: Option<&CertificateSigningRequest>| {
+                c.and_then(|c| c.status.as_ref())
+                    .and_then(|s| s.certificate.as_ref())
+                    .is_some()
+            },
+        ),
     )
     .await
     .unwrap()
     .unwrap();
     let status = issued.status.unwrap();
     assert!(
-        status.conditions.unwrap_or_default().iter().any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some("AutoApproved")),
+        status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some("AutoApproved")),
         "upstream auto-approved it"
     );
     let cert_pem = String::from_utf8(status.certificate.unwrap().0).unwrap();
@@ -246,8 +285,14 @@ async fn upstream_kcm_lets_a_token_holder_impersonate_an_existing_node() {
         .await
         .unwrap();
     let me = nodeauth_testenv::whoami(&as_victim).await.unwrap();
-    assert_eq!(me.username.as_deref(), Some(format!("system:node:{victim}").as_str()));
-    let node = Api::<Node>::all(as_victim).get(&victim).await.expect("the impostor reads the victim's Node");
+    assert_eq!(
+        me.username.as_deref(),
+        Some(format!("system:node:{victim}").as_str())
+    );
+    let node = Api::<Node>::all(as_victim)
+        .get(&victim)
+        .await
+        .expect("the impostor reads the victim's Node");
     assert_eq!(node.metadata.name.as_deref(), Some(victim.as_str()));
 }
 
