@@ -1,0 +1,87 @@
+//! Building a kube client from `--kubeconfig`, and converting between k8s-openapi objects and
+//! the plain models of `nodeauth-token`.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+/// A client for the kubeconfig at `path` (several paths joined like `$KUBECONFIG` are merged,
+/// first wins), or the inferred configuration (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
+pub async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match path {
+        Some(path) => {
+            let kubeconfig = read_kubeconfig(path)?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("cannot use kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("cannot find a kubeconfig (use --kubeconfig or $KUBECONFIG)")?,
+    };
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+}
+
+fn read_kubeconfig(path: &Path) -> anyhow::Result<Kubeconfig> {
+    let mut merged: Option<Kubeconfig> = None;
+    for p in std::env::split_paths(path.as_os_str()) {
+        if p.as_os_str().is_empty() {
+            continue;
+        }
+        let next = Kubeconfig::read_from(&p)
+            .with_context(|| format!("cannot read kubeconfig {}", p.display()))?;
+        merged = Some(match merged {
+            None => next,
+            Some(m) => m.merge(next).context("cannot merge kubeconfigs")?,
+        });
+    }
+    merged.context("--kubeconfig is empty")
+}
+
+pub use nodeauth_token::k8s::{secret_from_k8s, secret_to_k8s};
+
+/// Whether a kube error is the API server's NotFound.
+pub fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_not_found())
+}
+
+/// Whether a kube error is the API server's AlreadyExists.
+pub fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.is_already_exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret as K8sSecret;
+    use nodeauth_token::BootstrapToken;
+    use nodeauth_token::secret::{Expiration, TokenRecord, Usage};
+
+    #[test]
+    fn secret_round_trips_through_k8s_openapi() {
+        let record = TokenRecord {
+            token: BootstrapToken::parse("abcdef.0123456789abcdef").unwrap(),
+            description: "d".into(),
+            expiration: Expiration::Never,
+            usages: [Usage::Signing].into(),
+            extra_groups: vec![],
+        };
+        let plain = record.to_secret();
+        let k8s = secret_to_k8s(&plain);
+        assert_eq!(k8s.metadata.name.as_deref(), Some("bootstrap-token-abcdef"));
+        assert_eq!(k8s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+        // What the API server would return, serialized and parsed back.
+        let json = serde_json::to_string(&k8s).unwrap();
+        assert!(
+            json.contains(r#""token-secret":"MDEyMzQ1Njc4OWFiY2RlZg==""#),
+            "{json}"
+        );
+        let back: K8sSecret = serde_json::from_str(&json).unwrap();
+        assert_eq!(secret_from_k8s(&back), plain);
+        assert_eq!(
+            TokenRecord::from_secret(&secret_from_k8s(&back)).unwrap(),
+            record
+        );
+    }
+}
