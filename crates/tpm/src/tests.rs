@@ -1,0 +1,308 @@
+//! Unit and property tests for the parsers, encoders and pure policy checks.
+
+use proptest::prelude::*;
+
+use crate::alg::id;
+use crate::*;
+
+fn ak_attrs() -> u32 {
+    ObjectAttributes::FIXED_TPM
+        | ObjectAttributes::FIXED_PARENT
+        | ObjectAttributes::SENSITIVE_DATA_ORIGIN
+        | ObjectAttributes::USER_WITH_AUTH
+        | ObjectAttributes::RESTRICTED
+        | ObjectAttributes::SIGN
+}
+
+fn rsa_ak(attrs: u32, name_alg: u16, bits: u16) -> Public {
+    Public::new(
+        name_alg,
+        ObjectAttributes(attrs),
+        Vec::new(),
+        PublicKey::Rsa {
+            symmetric: None,
+            scheme: Scheme {
+                scheme: id::RSASSA,
+                hash: Some(id::SHA256),
+                count: None,
+            },
+            key_bits: bits,
+            exponent: 0,
+            modulus: {
+                let mut m = vec![0xC5; usize::from(bits / 8)];
+                if let Some(last) = m.last_mut() {
+                    *last |= 1;
+                }
+                m
+            },
+        },
+    )
+}
+
+#[test]
+fn ak_policy_accepts_a_proper_ak() {
+    assert_eq!(
+        rsa_ak(ak_attrs(), id::SHA256, 2048).check_ak_policy(),
+        Ok(())
+    );
+}
+
+#[test]
+fn ak_policy_rejects_crafted_public_areas() {
+    let cases = [
+        (
+            rsa_ak(ak_attrs() & !ObjectAttributes::FIXED_TPM, id::SHA256, 2048),
+            AkPolicyError::MissingAttribute("fixedTPM"),
+        ),
+        (
+            rsa_ak(ak_attrs() | ObjectAttributes::DECRYPT, id::SHA256, 2048),
+            AkPolicyError::ForbiddenAttribute("decrypt"),
+        ),
+        (
+            rsa_ak(ak_attrs() & !ObjectAttributes::RESTRICTED, id::SHA256, 2048),
+            AkPolicyError::MissingAttribute("restricted"),
+        ),
+        (
+            rsa_ak(ak_attrs(), id::SHA1, 2048),
+            AkPolicyError::Sha1 { field: "nameAlg" },
+        ),
+        (
+            rsa_ak(ak_attrs(), id::SHA256, 1024),
+            AkPolicyError::WeakRsaKey { bits: 1024 },
+        ),
+    ];
+    for (public, want) in cases {
+        // Through the wire: the verifier only ever sees bytes.
+        let parsed = Public::parse(public.as_bytes()).expect("parses");
+        assert_eq!(parsed.check_ak_policy(), Err(want));
+    }
+}
+
+#[test]
+fn name_is_name_alg_and_hash_of_the_public_area() {
+    let p = rsa_ak(ak_attrs(), id::SHA256, 2048);
+    let name = p.name().unwrap();
+    assert_eq!(&name[..2], &[0x00, 0x0B]);
+    assert_eq!(name[2..], alg::HashAlg::Sha256.digest(&[p.as_bytes()])[..]);
+}
+
+#[test]
+fn parse_errors_name_the_field() {
+    let err = Attest::parse(&[0xff, 0x54, 0x43]).unwrap_err();
+    assert_eq!(
+        err,
+        ParseError::Truncated {
+            field: "TPMS_ATTEST.magic",
+            needed: 4,
+            left: 3
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "TPMS_ATTEST.magic: needs 4 bytes, only 3 left"
+    );
+    let err = Signature::parse(&[0x00, 0x04]).unwrap_err();
+    assert_eq!(
+        err,
+        ParseError::Unsupported {
+            field: "TPMT_SIGNATURE.sigAlg",
+            value: 4
+        }
+    );
+}
+
+#[test]
+fn fingerprint_text_form_round_trips() {
+    let fp = EkFingerprint::of_spki(b"spki");
+    let text = fp.to_string();
+    assert!(text.starts_with("sha256:"));
+    assert_eq!(text.parse::<EkFingerprint>(), Ok(fp));
+    assert!("sha1:00".parse::<EkFingerprint>().is_err());
+    assert!("sha256:zz".parse::<EkFingerprint>().is_err());
+}
+
+#[test]
+fn tofu_clock_must_not_go_backwards() {
+    let store = InMemoryTofuStore::new();
+    let ek = EkFingerprint([1; 32]);
+    let c = |reset, restart, clock| ClockInfo {
+        clock,
+        reset_count: reset,
+        restart_count: restart,
+        safe: true,
+    };
+    store.observe_clock(&ek, &c(2, 1, 100)).unwrap();
+    store.observe_clock(&ek, &c(2, 1, 150)).unwrap();
+    store.observe_clock(&ek, &c(3, 0, 10)).unwrap();
+    assert!(matches!(
+        store.observe_clock(&ek, &c(2, 5, 999)),
+        Err(TofuError::ClockWentBackwards { .. })
+    ));
+    store.bind_ek(&ek, "m1").unwrap();
+    store.bind_ek(&ek, "m1").unwrap();
+    assert!(matches!(
+        store.bind_ek(&ek, "m2"),
+        Err(TofuError::EkBoundToOtherMachine { .. })
+    ));
+}
+
+#[test]
+fn replay_cache_consumes_once() {
+    let cache = InMemoryReplayCache::new();
+    let now = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000);
+    let exp = now + std::time::Duration::from_secs(60);
+    assert!(cache.consume(b"n", exp, now));
+    assert!(!cache.consume(b"n", exp, now));
+}
+
+#[test]
+fn ticket_mac_is_checked() {
+    let key = TicketKey::new([9; 32]);
+    let claims = TicketClaims {
+        ek: EkFingerprint([1; 32]),
+        ak_name: vec![0, 0x0b, 1, 2],
+        nonce: [3; 32],
+        node_name: "worker-1".into(),
+        issued_at: 10,
+        expires_at: 20,
+    };
+    let mut t = claims.sign(&key);
+    assert_eq!(TicketClaims::open(&t, &key), Ok(claims));
+    assert_eq!(
+        TicketClaims::open(&t, &TicketKey::new([8; 32])),
+        Err(TicketError::BadMac)
+    );
+    if let Some(b) = t.get_mut(10) {
+        *b ^= 1;
+    }
+    assert_eq!(TicketClaims::open(&t, &key), Err(TicketError::BadMac));
+}
+
+fn arb_attest() -> impl Strategy<Value = Attest> {
+    let certify = (
+        proptest::collection::vec(any::<u8>(), 0..66),
+        proptest::collection::vec(any::<u8>(), 0..66),
+    )
+        .prop_map(|(name, qualified_name)| Attested::Certify {
+            name,
+            qualified_name,
+        });
+    let quote = (
+        proptest::collection::vec(
+            (any::<u16>(), proptest::collection::vec(any::<u8>(), 0..4)),
+            0..4,
+        ),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(sel, pcr_digest)| Attested::Quote {
+            pcr_select: sel
+                .into_iter()
+                .map(|(hash, select)| PcrSelection { hash, select })
+                .collect(),
+            pcr_digest,
+        });
+    (
+        any::<u32>(),
+        proptest::collection::vec(any::<u8>(), 0..66),
+        proptest::collection::vec(any::<u8>(), 0..66),
+        any::<(u64, u32, u32, bool, u64)>(),
+        prop_oneof![certify, quote],
+    )
+        .prop_map(
+            |(magic, qs, extra, (clock, reset, restart, safe, fw), attested)| Attest {
+                magic,
+                attest_type: match attested {
+                    Attested::Certify { .. } => ST_ATTEST_CERTIFY,
+                    Attested::Quote { .. } => ST_ATTEST_QUOTE,
+                    Attested::Creation { .. } => ST_ATTEST_CREATION,
+                },
+                qualified_signer: qs,
+                extra_data: extra,
+                clock_info: ClockInfo {
+                    clock,
+                    reset_count: reset,
+                    restart_count: restart,
+                    safe,
+                },
+                firmware_version: fw,
+                attested,
+            },
+        )
+}
+
+proptest! {
+    #[test]
+    fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = Public::parse(&bytes);
+        let _ = Attest::parse(&bytes);
+        let _ = Signature::parse(&bytes);
+        let _ = TpmEvidence::from_bytes(&bytes);
+        let _ = TicketClaims::decode_unverified(&bytes);
+        let _ = certificate_spki(&bytes);
+        let _ = EkCaBundle::new().verify(&bytes, &[], std::time::SystemTime::UNIX_EPOCH);
+    }
+
+    #[test]
+    fn parsers_never_panic_on_plausible_prefixes(tail in proptest::collection::vec(any::<u8>(), 0..300), ty in prop_oneof![Just(0x8017u16), Just(0x8018u16), Just(0x801Au16)]) {
+        let mut b = TPM_GENERATED_VALUE.to_be_bytes().to_vec();
+        b.extend_from_slice(&ty.to_be_bytes());
+        b.extend_from_slice(&tail);
+        let _ = Attest::parse(&b);
+        let mut p = vec![0x00, 0x23, 0x00, 0x0b];
+        p.extend_from_slice(&tail);
+        let _ = Public::parse(&p).map(|p| (p.check_ak_policy(), p.name(), p.spki_der()));
+        let mut p = vec![0x00, 0x01, 0x00, 0x0b];
+        p.extend_from_slice(&tail);
+        let _ = Public::parse(&p).map(|p| (p.check_ak_policy(), p.name(), p.spki_der()));
+    }
+
+    #[test]
+    fn attest_round_trips(a in arb_attest()) {
+        prop_assert_eq!(Attest::parse(&a.to_bytes()), Ok(a));
+    }
+
+    #[test]
+    fn signature_round_trips(hash in any::<u16>(), r in proptest::collection::vec(any::<u8>(), 0..66), s in proptest::collection::vec(any::<u8>(), 0..66), which in 0u8..3) {
+        let sig = match which {
+            0 => Signature::RsaSsa { hash, sig: r },
+            1 => Signature::RsaPss { hash, sig: r },
+            _ => Signature::Ecdsa { hash, r, s },
+        };
+        prop_assert_eq!(Signature::parse(&sig.to_bytes()), Ok(sig));
+    }
+
+    #[test]
+    fn public_round_trips(attrs in any::<u32>(), policy in proptest::collection::vec(any::<u8>(), 0..64), x in proptest::collection::vec(any::<u8>(), 0..66), y in proptest::collection::vec(any::<u8>(), 0..66), bits in any::<u16>(), exp in any::<u32>()) {
+        let ecc = Public::new(id::SHA256, ObjectAttributes(attrs), policy.clone(), PublicKey::Ecc {
+            symmetric: Some(SymDef { algorithm: id::AES, key_bits: 128, mode: id::CFB }),
+            scheme: Scheme { scheme: id::ECDSA, hash: Some(id::SHA256), count: None },
+            curve: id::ECC_NIST_P256,
+            kdf: Scheme::NULL,
+            x: x.clone(),
+            y,
+        });
+        prop_assert_eq!(Public::parse(ecc.as_bytes()), Ok(ecc));
+        let rsa = Public::new(id::SHA384, ObjectAttributes(attrs), policy, PublicKey::Rsa {
+            symmetric: None,
+            scheme: Scheme { scheme: id::RSAPSS, hash: Some(id::SHA384), count: None },
+            key_bits: bits,
+            exponent: exp,
+            modulus: x,
+        });
+        prop_assert_eq!(Public::parse(rsa.as_bytes()), Ok(rsa));
+    }
+
+    #[test]
+    fn evidence_round_trips(ticket in proptest::collection::vec(any::<u8>(), 0..200), attest in proptest::collection::vec(any::<u8>(), 0..200), certified in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..100)), pcrs in proptest::collection::vec((any::<u16>(), any::<u8>(), proptest::collection::vec(any::<u8>(), 0..64)), 0..5)) {
+        let e = TpmEvidence {
+            ticket,
+            ak_public: attest.clone(),
+            attest,
+            signature: vec![1, 2, 3],
+            bound_key_sha256: [7; 32],
+            certified_public: certified,
+            pcrs: pcrs.into_iter().map(|(bank, index, value)| PcrValue { bank, index, value }).collect(),
+        };
+        prop_assert_eq!(TpmEvidence::from_bytes(&e.to_bytes()), Ok(e));
+    }
+}

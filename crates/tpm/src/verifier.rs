@@ -1,0 +1,768 @@
+//! The control-plane side: EK trust, the credential challenge, the activation proof, and the
+//! verification of CSR evidence.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rand_core::CryptoRng;
+use sha2::{Digest, Sha256, Sha384, Sha512};
+use signature::hazmat::PrehashVerifier;
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+use crate::alg::{HashAlg, id};
+use crate::attest::{
+    Attest, Attested, ClockInfo, ST_ATTEST_CERTIFY, ST_ATTEST_QUOTE, Signature, TPM_GENERATED_VALUE,
+};
+use crate::credential::{CredentialBlob, make_credential};
+use crate::ek::{EkCaBundle, EkFingerprint};
+use crate::error::{AkPolicyError, ChainError, CredentialError, ParseError};
+use crate::evidence::{ActivationRequest, PcrValue, TpmEvidence};
+use crate::public::{Public, PublicKey, rsa_key, sec1_point};
+use crate::store::{ReplayCache, TofuError, TofuStore};
+use crate::ticket::{TicketClaims, TicketError, TicketKey, from_unix, unix};
+
+/// Why the verifier refused. Every variant is a distinct, operator-readable reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TpmRejection {
+    /// A TPM structure or the evidence envelope is malformed.
+    #[error("malformed {what}: {source}")]
+    Malformed {
+        /// Which input.
+        what: &'static str,
+        /// What is wrong.
+        source: ParseError,
+    },
+    /// The AK is not a restricted, non-duplicable signing key of adequate strength.
+    #[error("attestation key rejected: {0}")]
+    AkPolicy(#[from] AkPolicyError),
+    /// The EK's public area is unusable.
+    #[error("EK public area rejected: {0}")]
+    EkPublic(&'static str),
+    /// The EK certificate's key is not the EK public area the agent presented.
+    #[error("EK certificate's public key ({certificate}) is not the presented EK ({presented})")]
+    EkCertificateKeyMismatch {
+        /// Fingerprint of the certificate's key.
+        certificate: EkFingerprint,
+        /// Fingerprint of the presented EK public area.
+        presented: EkFingerprint,
+    },
+    /// The EK certificate does not chain to the configured EK CA bundle.
+    #[error("EK certificate does not chain to the configured EK CA bundle: {0}")]
+    EkNotTrusted(ChainError),
+    /// No EK certificate, and the EK is neither allowlisted nor the expected EK.
+    #[error("EK {0} has no certificate and is not allowlisted")]
+    EkUnknown(EkFingerprint),
+    /// The EK is not the EK recorded for this machine.
+    #[error("EK {presented} is not this machine's expected EK {expected}")]
+    EkNotExpected {
+        /// The EK presented.
+        presented: EkFingerprint,
+        /// The EK expected (annotation / inventory).
+        expected: EkFingerprint,
+    },
+    /// MakeCredential failed for this EK.
+    #[error("cannot make a credential for this EK: {0}")]
+    Credential(#[from] CredentialError),
+    /// The activation challenge expired before the proof arrived.
+    #[error("activation challenge expired")]
+    ChallengeExpired,
+    /// The activation challenge was already answered.
+    #[error("activation challenge already used")]
+    ChallengeReused,
+    /// The activation proof is not the secret: the AK is not on the TPM holding the EK.
+    #[error(
+        "activation proof does not match the challenge secret (AK and EK are not on the same TPM)"
+    )]
+    ActivationProofMismatch,
+    /// The ticket is malformed or its MAC does not verify.
+    #[error("ticket rejected: {0}")]
+    Ticket(#[from] TicketError),
+    /// The ticket expired.
+    #[error("ticket expired at {expires_at} (unix seconds)")]
+    TicketExpired {
+        /// Its expiry.
+        expires_at: u64,
+    },
+    /// The ticket was issued to another node.
+    #[error("ticket was issued to node {ticket:?}, not {csr:?}")]
+    TicketForOtherNode {
+        /// The ticket's node.
+        ticket: String,
+        /// The CSR's node.
+        csr: String,
+    },
+    /// The evidence's AK is not the AK the ticket activated.
+    #[error("evidence AK is not the AK activated by the ticket")]
+    AkNotActivated,
+    /// The TPMS_ATTEST does not start with TPM_GENERATED_VALUE.
+    #[error("attestation magic {found:#010x} is not TPM_GENERATED_VALUE (not produced by a TPM)")]
+    NotTpmGenerated {
+        /// The magic found.
+        found: u32,
+    },
+    /// An attestation type other than certify or quote.
+    #[error("attestation type {found:#06x} is not CERTIFY (0x8017) or QUOTE (0x8018)")]
+    UnexpectedAttestType {
+        /// The type found.
+        found: u16,
+    },
+    /// The signature's scheme differs from the one fixed in the AK.
+    #[error(
+        "signature scheme {sig_scheme:#06x}/{sig_hash:#06x} differs from the AK's {ak_scheme:#06x}/{ak_hash:#06x}"
+    )]
+    SignatureSchemeMismatch {
+        /// AK scheme.
+        ak_scheme: u16,
+        /// AK hash.
+        ak_hash: u16,
+        /// Signature scheme.
+        sig_scheme: u16,
+        /// Signature hash.
+        sig_hash: u16,
+    },
+    /// The signature does not verify under the AK.
+    #[error("attestation signature does not verify under the AK")]
+    BadSignature,
+    /// extraData is bound to the right nonce but to another CSR key.
+    #[error("evidence is bound to another CSR key, not this CSR's public key")]
+    EvidenceForOtherCsrKey,
+    /// extraData does not match the ticket's nonce and this CSR's key.
+    #[error("attestation extraData does not match the ticket's nonce (wrong or stale nonce)")]
+    WrongNonce,
+    /// The ticket's nonce was already consumed.
+    #[error("nonce already used: this evidence or ticket was replayed")]
+    NonceReused,
+    /// The certified object is not the CSR's key.
+    #[error("certified object is not the CSR's public key: {0}")]
+    CertifiedKeyMismatch(&'static str),
+    /// A PCR policy is configured but the evidence is not a quote.
+    #[error("a PCR policy is configured; evidence must be a quote")]
+    QuoteRequired,
+    /// A quoted PCR's value was not supplied.
+    #[error("PCR {bank:#06x}:{index} is quoted but its value was not supplied")]
+    PcrValueMissing {
+        /// Bank.
+        bank: u16,
+        /// Index.
+        index: u32,
+    },
+    /// The supplied PCR values do not hash to the quoted pcrDigest.
+    #[error("supplied PCR values do not match the quoted PCR digest")]
+    PcrDigestMismatch,
+    /// A PCR required by policy was not quoted.
+    #[error("PCR {bank:#06x}:{index} is required by policy but was not quoted")]
+    PcrNotQuoted {
+        /// Bank.
+        bank: u16,
+        /// Index.
+        index: u8,
+    },
+    /// A PCR value is outside the policy.
+    #[error("PCR {bank:#06x}:{index} value {value} is not allowed by policy")]
+    PcrOutsidePolicy {
+        /// Bank.
+        bank: u16,
+        /// Index.
+        index: u8,
+        /// The value, hex.
+        value: String,
+    },
+    /// Trust on first use failed.
+    #[error("{0}")]
+    Tofu(#[from] TofuError),
+}
+
+fn malformed(what: &'static str) -> impl FnOnce(ParseError) -> TpmRejection {
+    move |source| TpmRejection::Malformed { what, source }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Allowed PCR values: for each (bank, index) listed, the quoted value must be one of those given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PcrPolicy {
+    allowed: BTreeMap<(u16, u8), Vec<Vec<u8>>>,
+}
+
+impl PcrPolicy {
+    /// An empty policy (no PCR constrained).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Allows `value` for PCR `index` in `bank` (may be called repeatedly for several values).
+    pub fn allow(mut self, bank: HashAlg, index: u8, value: Vec<u8>) -> Self {
+        self.allowed
+            .entry((bank.id(), index))
+            .or_default()
+            .push(value);
+        self
+    }
+
+    fn check(&self, quoted: &[PcrValue]) -> Result<(), TpmRejection> {
+        for ((bank, index), values) in &self.allowed {
+            let Some(v) = quoted.iter().find(|p| p.bank == *bank && p.index == *index) else {
+                return Err(TpmRejection::PcrNotQuoted {
+                    bank: *bank,
+                    index: *index,
+                });
+            };
+            if !values.iter().any(|a| a == &v.value) {
+                return Err(TpmRejection::PcrOutsidePolicy {
+                    bank: *bank,
+                    index: *index,
+                    value: hex(&v.value),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Verifier configuration: trust anchors, ticket key, lifetimes and policy.
+#[derive(Debug, Clone)]
+pub struct VerifierConfig {
+    /// EK manufacturer CAs. EK certificates must chain to one of these.
+    pub ek_ca: EkCaBundle,
+    /// EKs trusted without a certificate.
+    pub ek_allowlist: HashSet<EkFingerprint>,
+    /// Require a verified EK chain even for allowlisted or expected EKs.
+    pub require_ek_chain: bool,
+    /// Key that signs activation tickets.
+    pub ticket_key: TicketKey,
+    /// How long a challenge may be answered.
+    pub challenge_ttl: Duration,
+    /// How long a ticket may be used.
+    pub ticket_ttl: Duration,
+    /// Optional PCR policy (requires quote evidence).
+    pub pcr_policy: Option<PcrPolicy>,
+}
+
+impl VerifierConfig {
+    /// A configuration trusting `ek_ca`, with 5-minute challenges and 15-minute tickets.
+    pub fn new(ek_ca: EkCaBundle, ticket_key: TicketKey) -> Self {
+        Self {
+            ek_ca,
+            ek_allowlist: HashSet::new(),
+            require_ek_chain: false,
+            ticket_key,
+            challenge_ttl: Duration::from_secs(300),
+            ticket_ttl: Duration::from_secs(900),
+            pcr_policy: None,
+        }
+    }
+}
+
+/// How the EK came to be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EkTrustBasis {
+    /// Its certificate chains to the configured CA bundle.
+    CertificateChain,
+    /// It is the machine's expected EK (annotation / inventory).
+    Expected,
+    /// It is on the allowlist.
+    Allowlisted,
+}
+
+/// A credential challenge for the agent: it answers with `TPM2_ActivateCredential(ak, ek,
+/// blob.id_object, blob.encrypted_secret)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Challenge {
+    /// Identifies the pending activation on the approver.
+    pub id: [u8; 16],
+    /// The MakeCredential output.
+    pub blob: CredentialBlob,
+    /// Expiry, seconds since the Unix epoch.
+    pub expires_at: u64,
+}
+
+/// Approver-side state of an issued challenge. Consumed (by value) by
+/// [`TpmVerifier::complete_activation`]; keep it server-side, keyed by [`Challenge::id`].
+#[derive(Debug)]
+pub struct PendingActivation {
+    /// The challenge id.
+    pub id: [u8; 16],
+    secret: Zeroizing<[u8; 32]>,
+    /// The EK the credential was made for.
+    pub ek: EkFingerprint,
+    /// How the EK is trusted.
+    pub ek_trust: EkTrustBasis,
+    /// The AK's Name, computed by the verifier.
+    pub ak_name: Vec<u8>,
+    /// The requesting node.
+    pub node_name: String,
+    /// Expiry, seconds since the Unix epoch.
+    pub expires_at: u64,
+}
+
+/// An activation ticket and its claims.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// The signed ticket, for the agent.
+    pub bytes: Vec<u8>,
+    /// What it asserts.
+    pub claims: TicketClaims,
+}
+
+/// What the CSR must be, as the approver knows it.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpectedAttestation<'a> {
+    /// The node name from the CSR's subject (`system:node:<name>`).
+    pub node_name: &'a str,
+    /// The machine the node runs on (TOFU binds the EK to it).
+    pub machine: &'a str,
+    /// The CSR's SubjectPublicKeyInfo, DER.
+    pub csr_spki_der: &'a [u8],
+    /// The verification time.
+    pub now: SystemTime,
+}
+
+/// A verified TPM identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedTpmIdentity {
+    /// The node.
+    pub node_name: String,
+    /// The machine.
+    pub machine: String,
+    /// The TPM's EK.
+    pub ek: EkFingerprint,
+    /// The AK's Name.
+    pub ak_name: Vec<u8>,
+    /// CERTIFY or QUOTE.
+    pub attest_type: u16,
+    /// The TPM clock at attestation.
+    pub clock: ClockInfo,
+    /// The TPM firmware version.
+    pub firmware_version: u64,
+    /// Quoted PCR values (empty for certify).
+    pub pcrs: Vec<PcrValue>,
+}
+
+/// The TPM attestation verifier. Pure: no I/O, no clock (every call takes `now`), no
+/// randomness of its own (challenge issue takes an RNG).
+pub struct TpmVerifier {
+    config: VerifierConfig,
+    replay: Arc<dyn ReplayCache>,
+    tofu: Arc<dyn TofuStore>,
+}
+
+impl std::fmt::Debug for TpmVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TpmVerifier")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The expected extraData: `SHA-256(nonce || SHA-256(CSR SubjectPublicKeyInfo DER))`.
+pub fn binding(nonce: &[u8], csr_spki_der: &[u8]) -> [u8; 32] {
+    binding_from_key_digest(nonce, &Sha256::digest(csr_spki_der).into())
+}
+
+fn binding_from_key_digest(nonce: &[u8], key_digest: &[u8; 32]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(nonce);
+    h.update(key_digest);
+    h.finalize().into()
+}
+
+impl TpmVerifier {
+    /// A verifier with its replay cache and trust-on-first-use store.
+    pub fn new(
+        config: VerifierConfig,
+        replay: Arc<dyn ReplayCache>,
+        tofu: Arc<dyn TofuStore>,
+    ) -> Self {
+        Self {
+            config,
+            replay,
+            tofu,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &VerifierConfig {
+        &self.config
+    }
+
+    /// Decides whether the EK is trusted: its certificate (if any) must carry the presented key;
+    /// an `expected` EK must match; then it must be the expected EK, allowlisted, or chain to
+    /// the configured CAs (always the last if `require_ek_chain`).
+    pub fn check_ek(
+        &self,
+        ek_public: &Public,
+        ek_certificate: Option<&[u8]>,
+        intermediates: &[Vec<u8>],
+        expected: Option<&EkFingerprint>,
+        now: SystemTime,
+    ) -> Result<(EkFingerprint, EkTrustBasis), TpmRejection> {
+        let spki = ek_public.spki_der().map_err(TpmRejection::EkPublic)?;
+        let presented = EkFingerprint::of_spki(&spki);
+        if let Some(expected) = expected
+            && *expected != presented
+        {
+            return Err(TpmRejection::EkNotExpected {
+                presented,
+                expected: *expected,
+            });
+        }
+        let pinned = if expected.is_some() {
+            Some(EkTrustBasis::Expected)
+        } else if self.config.ek_allowlist.contains(&presented) {
+            Some(EkTrustBasis::Allowlisted)
+        } else {
+            None
+        };
+        let chain = match ek_certificate {
+            Some(cert) => {
+                let cert_key =
+                    crate::ek::certificate_spki(cert).map_err(TpmRejection::EkNotTrusted)?;
+                let certificate = EkFingerprint::of_spki(&cert_key);
+                if certificate != presented {
+                    return Err(TpmRejection::EkCertificateKeyMismatch {
+                        certificate,
+                        presented,
+                    });
+                }
+                if pinned.is_some() && !self.config.require_ek_chain {
+                    None
+                } else {
+                    Some(
+                        self.config
+                            .ek_ca
+                            .verify(cert, intermediates, now)
+                            .map_err(TpmRejection::EkNotTrusted),
+                    )
+                }
+            }
+            None => None,
+        };
+        match (chain, pinned) {
+            (Some(Err(e)), _) => Err(e),
+            (Some(Ok(_)), pinned) => {
+                Ok((presented, pinned.unwrap_or(EkTrustBasis::CertificateChain)))
+            }
+            (None, Some(basis)) if ek_certificate.is_some() || !self.config.require_ek_chain => {
+                Ok((presented, basis))
+            }
+            (None, _) => Err(TpmRejection::EkUnknown(presented)),
+        }
+    }
+
+    /// Step 1 of the flow: checks the EK and the AK, and makes a credential for the AK's Name
+    /// under the EK.
+    pub fn issue_challenge<R: CryptoRng + ?Sized>(
+        &self,
+        request: &ActivationRequest,
+        expected_ek: Option<&EkFingerprint>,
+        now: SystemTime,
+        rng: &mut R,
+    ) -> Result<(Challenge, PendingActivation), TpmRejection> {
+        let ek = Public::parse(&request.ek_public).map_err(malformed("EK TPMT_PUBLIC"))?;
+        let ak = Public::parse(&request.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
+        ak.check_ak_policy()?;
+        let (ek_fp, ek_trust) = self.check_ek(
+            &ek,
+            request.ek_certificate.as_deref(),
+            &request.ek_intermediates,
+            expected_ek,
+            now,
+        )?;
+        let ak_name = ak.name().ok_or(AkPolicyError::UnsupportedHash {
+            field: "nameAlg",
+            id: ak.name_alg,
+        })?;
+        let mut secret = Zeroizing::new([0u8; 32]);
+        rng.fill_bytes(secret.as_mut());
+        let blob = make_credential(&ek, &ak_name, secret.as_ref(), rng)?;
+        let mut id = [0u8; 16];
+        rng.fill_bytes(&mut id);
+        let expires_at = unix(now).saturating_add(self.config.challenge_ttl.as_secs());
+        Ok((
+            Challenge {
+                id,
+                blob,
+                expires_at,
+            },
+            PendingActivation {
+                id,
+                secret,
+                ek: ek_fp,
+                ek_trust,
+                ak_name,
+                node_name: request.node_name.clone(),
+                expires_at,
+            },
+        ))
+    }
+
+    /// Step 2: checks the ActivateCredential output (constant time, once, before expiry) and
+    /// issues a ticket with a fresh single-use nonce.
+    pub fn complete_activation<R: CryptoRng + ?Sized>(
+        &self,
+        pending: PendingActivation,
+        proof: &[u8],
+        now: SystemTime,
+        rng: &mut R,
+    ) -> Result<Ticket, TpmRejection> {
+        if unix(now) > pending.expires_at {
+            return Err(TpmRejection::ChallengeExpired);
+        }
+        let mut key = b"challenge:".to_vec();
+        key.extend_from_slice(&pending.id);
+        if !self
+            .replay
+            .consume(&key, from_unix(pending.expires_at), now)
+        {
+            return Err(TpmRejection::ChallengeReused);
+        }
+        if !bool::from(pending.secret.as_slice().ct_eq(proof)) {
+            return Err(TpmRejection::ActivationProofMismatch);
+        }
+        let mut nonce = [0u8; 32];
+        rng.fill_bytes(&mut nonce);
+        let issued_at = unix(now);
+        let claims = TicketClaims {
+            ek: pending.ek,
+            ak_name: pending.ak_name.clone(),
+            nonce,
+            node_name: pending.node_name.clone(),
+            issued_at,
+            expires_at: issued_at.saturating_add(self.config.ticket_ttl.as_secs()),
+        };
+        Ok(Ticket {
+            bytes: claims.sign(&self.config.ticket_key),
+            claims,
+        })
+    }
+
+    /// Step 3: verifies the evidence in a CSR. On success the ticket's nonce is consumed and
+    /// the EK is bound to `expected.machine`.
+    pub fn verify(
+        &self,
+        evidence: &TpmEvidence,
+        expected: &ExpectedAttestation<'_>,
+    ) -> Result<VerifiedTpmIdentity, TpmRejection> {
+        let now = expected.now;
+        let claims = TicketClaims::open(&evidence.ticket, &self.config.ticket_key)?;
+        if unix(now) > claims.expires_at {
+            return Err(TpmRejection::TicketExpired {
+                expires_at: claims.expires_at,
+            });
+        }
+        if claims.node_name != expected.node_name {
+            return Err(TpmRejection::TicketForOtherNode {
+                ticket: claims.node_name,
+                csr: expected.node_name.to_owned(),
+            });
+        }
+        let ak = Public::parse(&evidence.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
+        if ak.name().as_deref() != Some(claims.ak_name.as_slice()) {
+            return Err(TpmRejection::AkNotActivated);
+        }
+        ak.check_ak_policy()?;
+        let attest = Attest::parse(&evidence.attest).map_err(malformed("TPMS_ATTEST"))?;
+        let signature =
+            Signature::parse(&evidence.signature).map_err(malformed("TPMT_SIGNATURE"))?;
+        if attest.magic != TPM_GENERATED_VALUE {
+            return Err(TpmRejection::NotTpmGenerated {
+                found: attest.magic,
+            });
+        }
+        if !matches!(attest.attest_type, ST_ATTEST_CERTIFY | ST_ATTEST_QUOTE) {
+            return Err(TpmRejection::UnexpectedAttestType {
+                found: attest.attest_type,
+            });
+        }
+        verify_signature(&ak, &evidence.attest, &signature)?;
+
+        let want = binding(&claims.nonce, expected.csr_spki_der);
+        if !bool::from(attest.extra_data.as_slice().ct_eq(&want)) {
+            let for_claimed_key =
+                binding_from_key_digest(&claims.nonce, &evidence.bound_key_sha256);
+            return Err(if attest.extra_data == for_claimed_key {
+                TpmRejection::EvidenceForOtherCsrKey
+            } else {
+                TpmRejection::WrongNonce
+            });
+        }
+
+        let mut pcrs = Vec::new();
+        match &attest.attested {
+            Attested::Certify { name, .. } => {
+                if self.config.pcr_policy.is_some() {
+                    return Err(TpmRejection::QuoteRequired);
+                }
+                if let Some(certified) = &evidence.certified_public {
+                    let certified =
+                        Public::parse(certified).map_err(malformed("certified TPMT_PUBLIC"))?;
+                    if certified.name().as_deref() != Some(name.as_slice()) {
+                        return Err(TpmRejection::CertifiedKeyMismatch(
+                            "its Name is not the certified Name",
+                        ));
+                    }
+                    if certified.spki_der().ok().as_deref() != Some(expected.csr_spki_der) {
+                        return Err(TpmRejection::CertifiedKeyMismatch(
+                            "its key is not the CSR's key",
+                        ));
+                    }
+                }
+            }
+            Attested::Quote {
+                pcr_select,
+                pcr_digest,
+            } => {
+                let (_, hash) = ak.signing_scheme()?;
+                let mut concat = Vec::new();
+                for sel in pcr_select {
+                    for index in sel.indices() {
+                        let v = evidence
+                            .pcrs
+                            .iter()
+                            .find(|p| p.bank == sel.hash && u32::from(p.index) == index)
+                            .ok_or(TpmRejection::PcrValueMissing {
+                                bank: sel.hash,
+                                index,
+                            })?;
+                        concat.extend_from_slice(&v.value);
+                        pcrs.push(v.clone());
+                    }
+                }
+                if hash.digest(&[&concat]) != *pcr_digest {
+                    return Err(TpmRejection::PcrDigestMismatch);
+                }
+                if let Some(policy) = &self.config.pcr_policy {
+                    policy.check(&pcrs)?;
+                }
+            }
+            Attested::Creation { .. } => {
+                return Err(TpmRejection::UnexpectedAttestType {
+                    found: attest.attest_type,
+                });
+            }
+        }
+
+        let mut nonce_key = b"nonce:".to_vec();
+        nonce_key.extend_from_slice(&claims.nonce);
+        if !self
+            .replay
+            .consume(&nonce_key, from_unix(claims.expires_at), now)
+        {
+            return Err(TpmRejection::NonceReused);
+        }
+        self.tofu.bind_ek(&claims.ek, expected.machine)?;
+        self.tofu.observe_clock(&claims.ek, &attest.clock_info)?;
+        Ok(VerifiedTpmIdentity {
+            node_name: claims.node_name,
+            machine: expected.machine.to_owned(),
+            ek: claims.ek,
+            ak_name: claims.ak_name,
+            attest_type: attest.attest_type,
+            clock: attest.clock_info,
+            firmware_version: attest.firmware_version,
+            pcrs,
+        })
+    }
+}
+
+/// Verifies `signature` over `message` (a marshalled TPMS_ATTEST) under the AK, with the scheme
+/// fixed in the AK's public area.
+pub fn verify_signature(
+    ak: &Public,
+    message: &[u8],
+    signature: &Signature,
+) -> Result<(), TpmRejection> {
+    let (ak_scheme, hash) = ak.signing_scheme()?;
+    let (sig_scheme, sig_hash) = signature.scheme();
+    if (sig_scheme, sig_hash) != (ak_scheme, hash.id()) {
+        return Err(TpmRejection::SignatureSchemeMismatch {
+            ak_scheme,
+            ak_hash: hash.id(),
+            sig_scheme,
+            sig_hash,
+        });
+    }
+    let digest = hash.digest(&[message]);
+    let ok = match (&ak.key, signature) {
+        (
+            PublicKey::Rsa {
+                exponent, modulus, ..
+            },
+            Signature::RsaSsa { sig, .. },
+        ) => {
+            let key = rsa_key(*exponent, modulus).map_err(AkPolicyError::BadKey)?;
+            match hash {
+                HashAlg::Sha256 => key.verify(rsa::Pkcs1v15Sign::new::<Sha256>(), &digest, sig),
+                HashAlg::Sha384 => key.verify(rsa::Pkcs1v15Sign::new::<Sha384>(), &digest, sig),
+                HashAlg::Sha512 => key.verify(rsa::Pkcs1v15Sign::new::<Sha512>(), &digest, sig),
+            }
+            .is_ok()
+        }
+        (
+            PublicKey::Rsa {
+                exponent, modulus, ..
+            },
+            Signature::RsaPss { sig, .. },
+        ) => {
+            let key = rsa_key(*exponent, modulus).map_err(AkPolicyError::BadKey)?;
+            // TPMs use either the digest length or the maximum salt length: detect it.
+            fn pss<D: Digest>() -> rsa::Pss<D> {
+                let mut p = rsa::Pss::<D>::new();
+                p.salt_len = None;
+                p
+            }
+            match hash {
+                HashAlg::Sha256 => key.verify(pss::<Sha256>(), &digest, sig),
+                HashAlg::Sha384 => key.verify(pss::<Sha384>(), &digest, sig),
+                HashAlg::Sha512 => key.verify(pss::<Sha512>(), &digest, sig),
+            }
+            .is_ok()
+        }
+        (PublicKey::Ecc { curve, x, y, .. }, Signature::Ecdsa { r, s, .. }) => {
+            let point = sec1_point(*curve, x, y).map_err(AkPolicyError::BadKey)?;
+            let size = (point.len() - 1) / 2;
+            let Some(rs) = fixed_concat(r, s, size) else {
+                return Err(TpmRejection::BadSignature);
+            };
+            match *curve {
+                id::ECC_NIST_P256 => {
+                    let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+                        .map_err(|_| AkPolicyError::BadKey("not a P-256 point"))?;
+                    p256::ecdsa::Signature::from_slice(&rs)
+                        .is_ok_and(|s| key.verify_prehash(&digest, &s).is_ok())
+                }
+                _ => {
+                    let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(&point)
+                        .map_err(|_| AkPolicyError::BadKey("not a P-384 point"))?;
+                    p384::ecdsa::Signature::from_slice(&rs)
+                        .is_ok_and(|s| key.verify_prehash(&digest, &s).is_ok())
+                }
+            }
+        }
+        _ => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(TpmRejection::BadSignature)
+    }
+}
+
+/// `r || s`, each left-padded (or stripped of leading zeros) to `size` bytes.
+fn fixed_concat(r: &[u8], s: &[u8], size: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(2 * size);
+    for v in [r, s] {
+        let first = v.iter().position(|b| *b != 0).unwrap_or(v.len());
+        let v = v.get(first..)?;
+        if v.len() > size {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(0u8, size - v.len()));
+        out.extend_from_slice(v);
+    }
+    Some(out)
+}

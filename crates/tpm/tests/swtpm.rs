@@ -1,0 +1,307 @@
+//! End to end against a real software TPM (swtpm with an EK certificate from its local CA):
+//! MakeCredential (ours) ↔ ActivateCredential (the TPM's), certify and quote evidence, and every
+//! rejection the verifier promises.
+//!
+//! Run: `cargo test -p nodeauth-tpm --features esapi --test swtpm`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use nodeauth_testenv::Swtpm;
+use nodeauth_tpm::agent::{Ak, AkKind, Ek, EkKind, TpmAgent};
+use nodeauth_tpm::*;
+use rand_core::UnwrapErr;
+use spki::EncodePublicKey;
+
+type Rng = UnwrapErr<getrandom::SysRng>;
+
+fn rng() -> Rng {
+    UnwrapErr(getrandom::SysRng)
+}
+
+fn ca_bundle() -> EkCaBundle {
+    let (issuer, root) = Swtpm::ek_ca_chain_pem().expect("swtpm local CA");
+    let mut b = EkCaBundle::new();
+    b.add_pem(&issuer)
+        .expect("issuer")
+        .add_pem(&root)
+        .expect("root");
+    b
+}
+
+fn verifier_with(config: VerifierConfig) -> TpmVerifier {
+    TpmVerifier::new(
+        config,
+        Arc::new(InMemoryReplayCache::new()),
+        Arc::new(InMemoryTofuStore::new()),
+    )
+}
+
+fn verifier() -> TpmVerifier {
+    verifier_with(VerifierConfig::new(ca_bundle(), TicketKey::new([42; 32])))
+}
+
+fn csr_spki(seed: u8) -> Vec<u8> {
+    let sk = p256::SecretKey::from_slice(&[seed; 32]).expect("scalar");
+    sk.public_key()
+        .to_public_key_der()
+        .expect("spki")
+        .as_bytes()
+        .to_vec()
+}
+
+struct Node {
+    _tpm: Swtpm,
+    agent: TpmAgent,
+    ek: Ek,
+    ek_cert: Vec<u8>,
+    ak: Ak,
+}
+
+fn node(ek_kind: EkKind, ak_kind: AkKind) -> Node {
+    let tpm = Swtpm::start().expect("swtpm");
+    let mut agent = TpmAgent::connect(&tpm.tcti()).expect("connect");
+    let ek_cert = agent.ek_certificate(ek_kind).expect("EK certificate");
+    let ek = agent.persisted_ek(ek_kind).expect("EK");
+    let ak = agent.create_ak(&ek, ak_kind).expect("AK");
+    Node {
+        _tpm: tpm,
+        agent,
+        ek,
+        ek_cert,
+        ak,
+    }
+}
+
+/// Challenge → ActivateCredential → ticket.
+fn activate(v: &TpmVerifier, n: &mut Node, node_name: &str, now: SystemTime) -> Ticket {
+    let req = n
+        .agent
+        .activation_request(node_name, &n.ek, Some(n.ek_cert.clone()), &n.ak);
+    let (challenge, pending) = v
+        .issue_challenge(&req, None, now, &mut rng())
+        .expect("challenge");
+    let proof = n
+        .agent
+        .activate_credential(&n.ek, &n.ak, &challenge)
+        .expect("ActivateCredential");
+    v.complete_activation(pending, &proof, now, &mut rng())
+        .expect("activation")
+}
+
+fn expected<'a>(
+    node: &'a str,
+    machine: &'a str,
+    spki: &'a [u8],
+    now: SystemTime,
+) -> ExpectedAttestation<'a> {
+    ExpectedAttestation {
+        node_name: node,
+        machine,
+        csr_spki_der: spki,
+        now,
+    }
+}
+
+#[test]
+fn rsa_ek_quote_happy_path_and_rejections() {
+    let v = verifier();
+    let mut n = node(EkKind::Rsa2048, AkKind::Rsa2048);
+    let now = SystemTime::now();
+    let spki = csr_spki(1);
+
+    // Happy path: RSA MakeCredential accepted by the real TPM, quote evidence verifies,
+    // and the EK chained to swtpm's local CA.
+    let ticket = activate(&v, &mut n, "worker-1", now);
+    let evidence = n
+        .agent
+        .quote(&n.ak, &ticket.bytes, &spki, &[0])
+        .expect("quote");
+    let wire = evidence.to_bytes();
+    let evidence = TpmEvidence::from_bytes(&wire).expect("round trip");
+    let id = v
+        .verify(&evidence, &expected("worker-1", "machine-1", &spki, now))
+        .expect("verified");
+    assert_eq!(id.node_name, "worker-1");
+    assert_eq!(id.attest_type, ST_ATTEST_QUOTE);
+    let req = n
+        .agent
+        .activation_request("worker-1", &n.ek, Some(n.ek_cert.clone()), &n.ak);
+    let ek_pub = Public::parse(&req.ek_public).unwrap();
+    assert_eq!(
+        v.check_ek(&ek_pub, Some(&n.ek_cert), &[], None, now)
+            .unwrap(),
+        (id.ek, EkTrustBasis::CertificateChain)
+    );
+
+    // Reused nonce: the same evidence again.
+    assert_eq!(
+        v.verify(&evidence, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::NonceReused)
+    );
+
+    // Evidence for another CSR key.
+    let t2 = activate(&v, &mut n, "worker-1", now);
+    let ev2 = n.agent.quote(&n.ak, &t2.bytes, &spki, &[0]).unwrap();
+    let other = csr_spki(2);
+    assert_eq!(
+        v.verify(&ev2, &expected("worker-1", "machine-1", &other, now)),
+        Err(TpmRejection::EvidenceForOtherCsrKey)
+    );
+
+    // Wrong nonce: evidence bound to one ticket's nonce presented with another ticket.
+    let t3 = activate(&v, &mut n, "worker-1", now);
+    let t4 = activate(&v, &mut n, "worker-1", now);
+    let mut ev3 = n.agent.quote(&n.ak, &t3.bytes, &spki, &[0]).unwrap();
+    ev3.ticket = t4.bytes.clone();
+    assert_eq!(
+        v.verify(&ev3, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::WrongNonce)
+    );
+
+    // A ticket for another node.
+    let ev4 = n.agent.quote(&n.ak, &t4.bytes, &spki, &[0]).unwrap();
+    assert!(matches!(
+        v.verify(&ev4, &expected("worker-2", "machine-1", &spki, now)),
+        Err(TpmRejection::TicketForOtherNode { .. })
+    ));
+
+    // A second machine presenting this TPM's EK binding (TOFU: EK → machine-1 recorded above).
+    let t5 = activate(&v, &mut n, "worker-2", now);
+    let ev5 = n.agent.quote(&n.ak, &t5.bytes, &spki, &[0]).unwrap();
+    assert!(matches!(
+        v.verify(&ev5, &expected("worker-2", "machine-2", &spki, now)),
+        Err(TpmRejection::Tofu(TofuError::EkBoundToOtherMachine { .. }))
+    ));
+
+    // Expired ticket.
+    let t6 = activate(&v, &mut n, "worker-1", now);
+    let ev6 = n.agent.quote(&n.ak, &t6.bytes, &spki, &[0]).unwrap();
+    assert!(matches!(
+        v.verify(
+            &ev6,
+            &expected(
+                "worker-1",
+                "machine-1",
+                &spki,
+                now + Duration::from_secs(3600)
+            )
+        ),
+        Err(TpmRejection::TicketExpired { .. })
+    ));
+}
+
+#[test]
+fn ecc_ek_quote_happy_path_and_pcr_policy() {
+    let mut n = node(EkKind::EccP384, AkKind::EccP256);
+    let now = SystemTime::now();
+    let spki = csr_spki(3);
+
+    // ECC MakeCredential (ECDH + KDFe) accepted by the real TPM; quote evidence verifies.
+    let v = verifier();
+    let ticket = activate(&v, &mut n, "worker-1", now);
+    let evidence = n
+        .agent
+        .quote(&n.ak, &ticket.bytes, &spki, &[0, 7])
+        .expect("quote");
+    let id = v
+        .verify(&evidence, &expected("worker-1", "machine-1", &spki, now))
+        .expect("verified");
+    assert_eq!(id.attest_type, ST_ATTEST_QUOTE);
+    assert_eq!(id.pcrs.len(), 2);
+
+    // PCR policy that the machine meets, then one it does not.
+    let pcr0 = id.pcrs[0].value.clone();
+    let mut ok = VerifierConfig::new(ca_bundle(), TicketKey::new([1; 32]));
+    ok.pcr_policy = Some(PcrPolicy::new().allow(alg::HashAlg::Sha256, 0, pcr0));
+    let v_ok = verifier_with(ok);
+    let t = activate(&v_ok, &mut n, "worker-1", now);
+    let ev = n.agent.quote(&n.ak, &t.bytes, &spki, &[0, 7]).unwrap();
+    v_ok.verify(&ev, &expected("worker-1", "machine-1", &spki, now))
+        .expect("PCR policy met");
+
+    let mut bad = VerifierConfig::new(ca_bundle(), TicketKey::new([1; 32]));
+    bad.pcr_policy = Some(PcrPolicy::new().allow(alg::HashAlg::Sha256, 0, vec![0x11; 32]));
+    let v_bad = verifier_with(bad);
+    let t = activate(&v_bad, &mut n, "worker-1", now);
+    let ev = n.agent.quote(&n.ak, &t.bytes, &spki, &[0, 7]).unwrap();
+    assert!(matches!(
+        v_bad.verify(&ev, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::PcrOutsidePolicy { index: 0, .. })
+    ));
+}
+
+#[test]
+fn ek_and_ak_rejections_at_challenge() {
+    let n = node(EkKind::Rsa2048, AkKind::EccP256);
+    let now = SystemTime::now();
+    let req = n
+        .agent
+        .activation_request("worker-1", &n.ek, Some(n.ek_cert.clone()), &n.ak);
+
+    // EK not chaining to the configured CA: only the root is configured, the intermediate is
+    // neither configured nor supplied.
+    let (_, root) = Swtpm::ek_ca_chain_pem().unwrap();
+    let mut only_root = EkCaBundle::new();
+    only_root.add_pem(&root).unwrap();
+    let v = verifier_with(VerifierConfig::new(only_root, TicketKey::new([0; 32])));
+    assert!(matches!(
+        v.issue_challenge(&req, None, now, &mut rng()),
+        Err(TpmRejection::EkNotTrusted(ChainError::UnknownIssuer { .. }))
+    ));
+    // ... but supplying the intermediate completes the chain.
+    let (issuer, _) = Swtpm::ek_ca_chain_pem().unwrap();
+    let mut with_inter = req.clone();
+    with_inter.ek_intermediates = vec![pem_to_der(&issuer)];
+    v.issue_challenge(&with_inter, None, now, &mut rng())
+        .expect("chain through supplied intermediate");
+
+    // EK not the machine's expected EK.
+    let v = verifier();
+    let other: EkFingerprint = format!("sha256:{}", "ab".repeat(32)).parse().unwrap();
+    assert!(matches!(
+        v.issue_challenge(&req, Some(&other), now, &mut rng()),
+        Err(TpmRejection::EkNotExpected { .. })
+    ));
+    // The expected EK is accepted.
+    let ek_fp = EkFingerprint::of_spki(&certificate_spki(&n.ek_cert).unwrap());
+    v.issue_challenge(&req, Some(&ek_fp), now, &mut rng())
+        .expect("expected EK");
+
+    // AK without fixedTPM, AK with decrypt: the real AK's public area with one bit flipped.
+    for (clear, set, want) in [
+        (
+            ObjectAttributes::FIXED_TPM,
+            0,
+            AkPolicyError::MissingAttribute("fixedTPM"),
+        ),
+        (
+            0,
+            ObjectAttributes::DECRYPT,
+            AkPolicyError::ForbiddenAttribute("decrypt"),
+        ),
+    ] {
+        let mut bad = req.clone();
+        let attrs = u32::from_be_bytes(bad.ak_public[4..8].try_into().unwrap());
+        bad.ak_public[4..8].copy_from_slice(&((attrs & !clear) | set).to_be_bytes());
+        assert_eq!(
+            v.issue_challenge(&bad, None, now, &mut rng()).map(|_| ()),
+            Err(TpmRejection::AkPolicy(want))
+        );
+    }
+
+    // A wrong activation proof (an AK from another TPM could not decrypt the credential).
+    let (_, pending) = v.issue_challenge(&req, None, now, &mut rng()).unwrap();
+    assert_eq!(
+        v.complete_activation(pending, &[0u8; 32], now, &mut rng())
+            .map(|_| ()),
+        Err(TpmRejection::ActivationProofMismatch)
+    );
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use der::Encode;
+    x509_cert::Certificate::load_pem_chain(pem.as_bytes()).unwrap()[0]
+        .to_der()
+        .unwrap()
+}
