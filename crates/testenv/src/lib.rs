@@ -34,6 +34,7 @@ pub mod k8s;
 mod kcm;
 pub mod kubeconfig;
 mod kubelet;
+pub mod manifests;
 pub mod pki;
 pub mod process;
 mod rbac;

@@ -1,0 +1,228 @@
+//! `bootstrap-signer`: keeps `kube-public/cluster-info` signed for every bootstrap token that may
+//! sign it, byte-for-byte as upstream's bootstrapsigner does (seed 003).
+//!
+//! The decision is `nodeauth_token::signer::plan_signatures` (pure); this program only watches,
+//! writes and retries:
+//! - one kube-runtime `Controller` on the `cluster-info` ConfigMap, started once the token
+//!   Secrets of kube-system are cached (a reflector — no per-reconcile GETs) and re-run whenever
+//!   one of them changes;
+//! - a write only when the signatures differ, as a replace carrying the resourceVersion that was
+//!   read, so a concurrent change is never overwritten;
+//! - failed writes retried with exponential backoff (upstream drops them: kubernetes#109233);
+//! - a requeue at the next token expiry, so an expired token's signature goes without any event;
+//! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
+//!
+//! Token secrets are never logged; only token ids (public) are.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use nodeauth_runtime::{
+    CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
+};
+use nodeauth_token::k8s::secret_from_k8s;
+use nodeauth_token::signer::{
+    self, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, SIGNATURE_KEY_PREFIX,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+
+/// Keep kube-public/cluster-info signed with a detached JWS per bootstrap token that has
+/// usage-bootstrap-signing=true, exactly as kube-controller-manager's bootstrapsigner would.
+///
+/// Needs: get/list/watch on Secrets in kube-system, get/list/watch/update on the ConfigMap
+/// kube-public/cluster-info, Leases for leader election, Events (see deploy/bootstrap-signer/).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// Namespace of the bootstrap token Secrets (upstream: kube-system).
+    #[arg(long, env = "NODEAUTH_TOKEN_NAMESPACE", default_value = "kube-system")]
+    token_namespace: String,
+
+    #[command(flatten)]
+    runtime: ControllerArgs,
+}
+
+const CONTROLLER: &str = "bootstrap-signer";
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("updating {CLUSTER_INFO_NAMESPACE}/{CLUSTER_INFO_NAME}: {0}")]
+    Write(#[source] kube::Error),
+}
+
+struct Ctx {
+    cms: Api<ConfigMap>,
+    secrets: Store<Secret>,
+    failures: AtomicU32,
+    reconciles: ReconcileMetrics,
+    writes: Counter,
+    write_failures: Counter,
+    signatures: Gauge,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
+    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let client = rt.client().clone();
+    let (writes, write_failures, signatures) =
+        (Counter::default(), Counter::default(), Gauge::default());
+    rt.metrics().register(
+        "nodeauth_bootstrap_signer_writes",
+        "Updates of cluster-info that changed its signatures",
+        writes.clone(),
+    );
+    rt.metrics().register(
+        "nodeauth_bootstrap_signer_write_failures",
+        "Failed updates of cluster-info (each is retried with backoff)",
+        write_failures.clone(),
+    );
+    rt.metrics().register(
+        "nodeauth_bootstrap_signer_signatures",
+        "jws-kubeconfig-<id> signatures cluster-info carries after the last reconcile",
+        signatures.clone(),
+    );
+    let reconciles = rt.metrics().reconcile().clone();
+    let synced = rt.health().readiness_gate("caches-synced");
+    rt.run(move |stop: CancellationToken| async move {
+        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &cli.token_namespace);
+        let (store, writer) = reflector::store();
+        let token_secrets = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
+        // The token reflector is driven on its own, not as the controller's trigger stream: the
+        // controller only starts once the token cache has synced (an empty cache would strip
+        // every signature), and waiting for that inside a reconcile would wait on itself.
+        // Changes are coalesced: one pending signal means "re-plan", whatever changed.
+        let (changed_tx, changed_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let drive_tokens = reflector::reflector(writer, watcher(secrets_api, token_secrets))
+            .default_backoff()
+            .touched_objects()
+            .for_each(move |r| {
+                match &r {
+                    Ok(_) => {
+                        let _ = changed_tx.try_send(());
+                    }
+                    Err(e) => tracing::warn!(error = %e, "watching token secrets"),
+                }
+                async {}
+            });
+        let token_changes = futures::stream::unfold(changed_rx, |mut rx| async move {
+            rx.recv().await.map(|()| ((), rx))
+        });
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), CLUSTER_INFO_NAMESPACE);
+        let ctx = Arc::new(Ctx {
+            cms: cms.clone(),
+            secrets: store.clone(),
+            failures: AtomicU32::new(0),
+            reconciles,
+            writes,
+            write_failures,
+            signatures,
+        });
+        let run_controller = async move {
+            if store.wait_until_ready().await.is_err() {
+                return;
+            }
+            synced.set_ready(true);
+            Controller::new(
+                cms,
+                watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO_NAME}")),
+            )
+            .reconcile_all_on(token_changes)
+            .graceful_shutdown_on(stop.cancelled_owned())
+            .run(reconcile, error_policy, ctx)
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "reconcile");
+                }
+            })
+            .await;
+        };
+        // The token watch runs until the controller has shut down.
+        tokio::select! {
+            () = drive_tokens => tracing::error!("the token secret watch ended"),
+            () = run_controller => {}
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .await?;
+    Ok(())
+}
+
+async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let timer = ctx.reconciles.start(CONTROLLER);
+    let now = jiff::Timestamp::now();
+    let secrets: Vec<_> = ctx
+        .secrets
+        .state()
+        .iter()
+        .map(|s| secret_from_k8s(s))
+        .collect();
+    let data = cm.data.clone().unwrap_or_default();
+    let Some(plan) = signer::plan_signatures(&secrets, &data, now) else {
+        tracing::info!("cluster-info has no kubeconfig key; leaving it alone");
+        timer.success();
+        return Ok(Action::await_change());
+    };
+    let count = plan.signatures().count();
+    if plan.changed {
+        let before: Vec<&str> = data
+            .keys()
+            .filter_map(|k| k.strip_prefix(SIGNATURE_KEY_PREFIX))
+            .collect();
+        let after: Vec<&str> = plan
+            .signatures()
+            .filter_map(|(k, _)| k.strip_prefix(SIGNATURE_KEY_PREFIX))
+            .collect();
+        let mut updated = (*cm).clone();
+        // The resourceVersion read stays in metadata: the replace fails on any concurrent change.
+        updated.data = Some(plan.desired_data.clone());
+        if let Err(e) = ctx
+            .cms
+            .replace(CLUSTER_INFO_NAME, &PostParams::default(), &updated)
+            .await
+        {
+            ctx.write_failures.inc();
+            timer.error(if is_conflict(&e) {
+                "Conflict"
+            } else {
+                "WriteFailed"
+            });
+            return Err(Error::Write(e));
+        }
+        ctx.writes.inc();
+        tracing::info!(signed_by = ?after, previously = ?before, "updated cluster-info signatures");
+    }
+    ctx.signatures.set(i64::try_from(count).unwrap_or(i64::MAX));
+    ctx.failures.store(0, Ordering::Relaxed);
+    timer.success();
+    Ok(match plan.next_wake {
+        // Wake just after the earliest expiry, when that token's signature must go.
+        Some(at) => Action::requeue(until(now, at) + Duration::from_millis(10)),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(_cm: Arc<ConfigMap>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let n = ctx.failures.fetch_add(1, Ordering::Relaxed).min(8);
+    let delay = Duration::from_millis(250 * (1u64 << n)).min(Duration::from_secs(60));
+    tracing::warn!(error = %err, retry_in = ?delay, "will retry");
+    Action::requeue(delay)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+fn until(now: jiff::Timestamp, at: jiff::Timestamp) -> Duration {
+    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+}

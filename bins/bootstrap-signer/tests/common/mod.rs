@@ -1,0 +1,118 @@
+//! Shared by this binary's integration tests: run bootstrap-signer under deploy/ RBAC.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::wait::await_condition;
+use nodeauth_testenv::process::Process;
+use nodeauth_testenv::{ControlPlane, Credential, manifests};
+
+pub fn cp() -> &'static ControlPlane {
+    ControlPlane::shared().expect("control plane")
+}
+
+/// A running bootstrap-signer and its metrics port.
+pub struct Signer {
+    pub process: Process,
+    pub metrics_port: u16,
+}
+
+impl Signer {
+    /// `nodeauth_bootstrap_signer_*` counter value from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
+        body.lines()
+            .find(|l| l.starts_with(name) && !l.starts_with('#'))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// Starts bootstrap-signer as its ServiceAccount from deploy/bootstrap-signer/rbac.yaml.
+pub async fn start_signer() -> Signer {
+    let kubeconfig = cp()
+        .deploy_rbac("bootstrap-signer", "nodeauth-bootstrap-signer")
+        .await
+        .expect("deploy RBAC");
+    let metrics_port = manifests::free_port().unwrap();
+    let health_port = manifests::free_port().unwrap();
+    let process = cp()
+        .start_program(
+            &nodeauth_testenv::unique_name("bootstrap-signer"),
+            std::path::Path::new(env!("CARGO_BIN_EXE_bootstrap-signer")),
+            &[
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--leader-elect-namespace=nodeauth-system".into(),
+                format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+                format!("--health-bind-address=127.0.0.1:{health_port}"),
+                "--log-format=json".into(),
+                "--log-level=debug".into(),
+            ],
+        )
+        .expect("bootstrap-signer");
+    // Ready once it leads and its token cache has synced.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((200, _)) = manifests::http_get(health_port, "/readyz") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bootstrap-signer not ready:\n{}",
+            process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Signer {
+        process,
+        metrics_port,
+    }
+}
+
+/// Makes sure kube-public/cluster-info exists with a kubeconfig, and returns that kubeconfig.
+pub async fn ensure_cluster_info() -> String {
+    let admin = cp().admin_client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
+    let kubeconfig = cp().kubeconfig("unused", &Credential::None);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cluster-info".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("kubeconfig".to_string(), kubeconfig)])),
+        ..Default::default()
+    };
+    match cms.create(&PostParams::default(), &cm).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("{e}"),
+    }
+    cms.get("cluster-info").await.unwrap().data.unwrap()["kubeconfig"].clone()
+}
+
+/// Waits until cluster-info's `jws-kubeconfig-<id>` satisfies `pred` (present or gone).
+pub async fn wait_signature(
+    id: &str,
+    secs: u64,
+    pred: impl Fn(Option<&String>) -> bool + Send + 'static,
+) -> Option<String> {
+    let admin = cp().admin_client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
+    let key = format!("jws-kubeconfig-{id}");
+    let k = key.clone();
+    let cm = tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(cms, "cluster-info", move |cm: Option<&ConfigMap>| {
+            pred(cm.and_then(|c| c.data.as_ref()).and_then(|d| d.get(&k)))
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {secs}s waiting on {key}"))
+    .unwrap();
+    cm.and_then(|c| c.data).and_then(|mut d| d.remove(&key))
+}

@@ -1,0 +1,160 @@
+//! `token-cleaner`: deletes expired bootstrap token Secrets, at the moment they expire.
+//!
+//! One kube-runtime `Controller` on the `bootstrap.kubernetes.io/token` Secrets of kube-system.
+//! Each reconcile asks `nodeauth_token::signer::plan_cleanup` (pure) whether the token has
+//! expired (an unparseable expiration counts as expired, as upstream): if so, the Secret is
+//! deleted with a UID precondition (a re-created Secret of the same name survives; not-found and
+//! conflict mean someone else acted, not an error); if not, the reconcile is requeued for exactly
+//! its expiry instant — no polling. Leader election, metrics, health endpoints and graceful
+//! shutdown come from `nodeauth-runtime`. Token secrets are never logged; token ids are public.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use nodeauth_runtime::{
+    CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
+};
+use nodeauth_token::k8s::secret_from_k8s;
+use nodeauth_token::signer::plan_cleanup;
+use prometheus_client::metrics::counter::Counter;
+
+/// Delete bootstrap token Secrets whose `expiration` has passed, exactly when it passes.
+///
+/// Needs: get/list/watch/delete on Secrets in kube-system, Leases for leader election, Events
+/// (see deploy/token-cleaner/).
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// Namespace of the bootstrap token Secrets (upstream: kube-system).
+    #[arg(long, env = "NODEAUTH_TOKEN_NAMESPACE", default_value = "kube-system")]
+    token_namespace: String,
+
+    #[command(flatten)]
+    runtime: ControllerArgs,
+}
+
+const CONTROLLER: &str = "token-cleaner";
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("deleting {namespace}/{name}: {source}")]
+    Delete {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+struct Ctx {
+    secrets: Api<Secret>,
+    reconciles: ReconcileMetrics,
+    deleted: Counter,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
+    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let client = rt.client().clone();
+    let deleted = Counter::default();
+    rt.metrics().register(
+        "nodeauth_token_cleaner_deleted",
+        "Expired bootstrap token Secrets deleted",
+        deleted.clone(),
+    );
+    let reconciles = rt.metrics().reconcile().clone();
+    let synced = rt.health().readiness_gate("caches-synced");
+    rt.run(move |stop: CancellationToken| async move {
+        let secrets: Api<Secret> = Api::namespaced(client, &cli.token_namespace);
+        let ctx = Arc::new(Ctx {
+            secrets: secrets.clone(),
+            reconciles,
+            deleted,
+        });
+        let controller = Controller::new(
+            secrets,
+            watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
+        );
+        let store = controller.store();
+        let ready = async move {
+            let _ = store.wait_until_ready().await;
+            synced.set_ready(true);
+        };
+        let run = controller
+            .graceful_shutdown_on(stop.cancelled_owned())
+            .run(reconcile, error_policy, ctx)
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "reconcile");
+                }
+            });
+        tokio::join!(ready, run);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .await?;
+    Ok(())
+}
+
+async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let timer = ctx.reconciles.start(CONTROLLER);
+    let now = jiff::Timestamp::now();
+    let model = secret_from_k8s(&secret);
+    let plan = plan_cleanup([&model], now);
+    for expired in &plan.expired {
+        let token_id = expired
+            .name
+            .strip_prefix("bootstrap-token-")
+            .unwrap_or(&expired.name);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: expired.uid.clone(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match ctx.secrets.delete(&expired.name, &params).await {
+            Ok(_) => {
+                ctx.deleted.inc();
+                tracing::info!(token_id, secret = %expired.name, "deleted expired bootstrap token");
+            }
+            // Already gone, or replaced by a new Secret of the same name: nothing to do.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+                tracing::debug!(
+                    token_id,
+                    code = s.code,
+                    "token secret already gone or replaced"
+                );
+            }
+            Err(source) => {
+                timer.error("DeleteFailed");
+                return Err(Error::Delete {
+                    namespace: expired.namespace.clone(),
+                    name: expired.name.clone(),
+                    source,
+                });
+            }
+        }
+    }
+    timer.success();
+    Ok(match plan.next_wake {
+        // Wake exactly at expiry (plus a hair, so "expired" holds when we look).
+        Some(at) => Action::requeue(
+            Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
+                + Duration::from_millis(5),
+        ),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(_secret: Arc<Secret>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %err, "will retry in 5s");
+    Action::requeue(Duration::from_secs(5))
+}
