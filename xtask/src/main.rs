@@ -137,7 +137,7 @@ fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
                 "starting etcd + kube-apiserver {} ...",
                 k8s::KUBERNETES_VERSION
             );
-            let up = cluster::up(&state, with_kcm)?;
+            let up = cluster::up(&state, with_kcm.then_some(&cluster::PEER_CONTROLLERS[..]))?;
             if up.already_running {
                 println!("already running (state in {})", state.display());
             } else {
@@ -256,7 +256,7 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
     c
@@ -271,13 +271,94 @@ fn run_step(what: &str, mut cmd: Command) -> Result<()> {
     Ok(())
 }
 
+/// Seconds each fuzz target runs in `cargo xtask test` (a smoke run, not a campaign).
+const FUZZ_SMOKE_SECONDS: u32 = 10;
+
 fn test(cargo_args: &[String]) -> Result<ExitCode> {
     setup()?;
+    let extra = |c: &mut Command| {
+        if !cargo_args.is_empty() {
+            c.arg("--").args(cargo_args);
+        }
+    };
+    // Unit, property and integration tests, examples, and every benchmark once in test mode.
     let mut t = cargo();
-    t.args(["test", "--workspace", "--no-fail-fast"]);
-    if !cargo_args.is_empty() {
-        t.arg("--").args(cargo_args);
+    t.args(["test", "--workspace", "--all-targets", "--no-fail-fast"]);
+    extra(&mut t);
+    run_step("cargo test --workspace --all-targets", t)?;
+    let mut t = cargo();
+    t.args(["test", "--workspace", "--doc"]);
+    run_step("cargo test --workspace --doc", t)?;
+    // Features that need system libraries or a control plane, kept out of the default build.
+    for (pkg, features) in FEATURE_TESTS {
+        let mut t = cargo();
+        t.args(["test", "-p", pkg, "--features", features]);
+        run_step(&format!("cargo test -p {pkg} --features {features}"), t)?;
     }
-    run_step("cargo test --workspace", t)?;
+    fuzz_smoke()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Packages whose feature-gated tests `cargo xtask test` runs as well.
+const FEATURE_TESTS: [(&str, &str); 1] = [
+    // The TPM agent on tss-esapi, against a real swtpm.
+    ("nodeauth-tpm", "esapi"),
+];
+
+/// Every fuzz target named in fuzz/Cargo.toml.
+fn fuzz_targets() -> Result<Vec<String>> {
+    let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml")).context("reading fuzz/Cargo.toml")?;
+    let mut targets = vec![];
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin && let Some(v) = line.strip_prefix("name") {
+            let name = v.trim_start().trim_start_matches('=').trim().trim_matches('"');
+            targets.push(name.to_string());
+        }
+    }
+    Ok(targets)
+}
+
+/// Builds every fuzz target with libFuzzer (cargo-fuzz on the stable toolchain through
+/// RUSTC_BOOTSTRAP=1) and runs each briefly; a crash fails the run.
+fn fuzz_smoke() -> Result<()> {
+    let have = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !have {
+        let mut c = cargo();
+        c.args(["install", "cargo-fuzz", "--locked", "--version", "0.13.2"]);
+        run_step("cargo install cargo-fuzz", c)?;
+    }
+    let target_dir = k8s::cache_root().join("target-fuzz");
+    let targets = fuzz_targets()?;
+    let mut b = cargo();
+    b.env("RUSTC_BOOTSTRAP", "1")
+        .args(["fuzz", "build", "--target-dir"])
+        .arg(&target_dir);
+    run_step(&format!("cargo fuzz build ({} targets)", targets.len()), b)?;
+    for t in &targets {
+        let corpus = std::env::temp_dir().join(format!("nodeauth-fuzz-corpus-{t}"));
+        std::fs::create_dir_all(&corpus).context("creating a fuzz corpus directory")?;
+        let mut r = cargo();
+        r.env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "--target-dir"])
+            .arg(&target_dir)
+            .arg(t)
+            .arg(&corpus);
+        // Real inputs make a better start than nothing: the CSR fixtures seed the CSR targets.
+        if t.starts_with("csr_") {
+            r.arg(workspace_root().join("crates/csr/tests/fixtures"));
+        }
+        r.arg("--")
+            .arg(format!("-max_total_time={FUZZ_SMOKE_SECONDS}"))
+            .arg("-print_final_stats=0");
+        run_step(&format!("fuzz {t} for {FUZZ_SMOKE_SECONDS}s"), r)?;
+    }
+    println!("fuzz: {} targets ran {FUZZ_SMOKE_SECONDS}s each without a crash", targets.len());
+    Ok(())
 }

@@ -11,6 +11,7 @@ use der::{
 use rsa::{
     RsaPrivateKey,
     pkcs1::{RsaPssParamsRef, TrailerField},
+    pkcs8::EncodePrivateKey as _,
     pkcs8::EncodePublicKey as _,
 };
 use sha2::{Sha256, Sha384, Sha512};
@@ -101,6 +102,27 @@ impl CsrSigningKey {
         Err(BuildError::Signing(
             "random generator produced no valid P-256 scalar".to_owned(),
         ))
+    }
+
+    /// The private key as PKCS#8 PEM (`-----BEGIN PRIVATE KEY-----`), the form kubeconfigs,
+    /// kubelet cert files and client-go accept. The returned string is zeroized on drop.
+    ///
+    /// # Errors
+    /// When encoding fails.
+    ///
+    /// ```
+    /// let key = nodeauth_csr::CsrSigningKey::generate_p256().unwrap();
+    /// assert!(key.to_pkcs8_pem().unwrap().starts_with("-----BEGIN PRIVATE KEY-----"));
+    /// ```
+    pub fn to_pkcs8_pem(&self) -> Result<zeroize::Zeroizing<String>, BuildError> {
+        let le = der::pem::LineEnding::LF;
+        match self {
+            CsrSigningKey::P256(key) => key.to_pkcs8_pem(le),
+            CsrSigningKey::P384(key) => key.to_pkcs8_pem(le),
+            CsrSigningKey::Ed25519(key) => key.to_pkcs8_pem(le),
+            CsrSigningKey::Rsa { key, .. } => key.to_pkcs8_pem(le),
+        }
+        .map_err(|err| BuildError::Encoding(err.to_string()))
     }
 
     /// The SubjectPublicKeyInfo DER of the key's public half.

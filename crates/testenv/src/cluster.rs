@@ -96,9 +96,9 @@ pub fn processes_naming(state: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Starts a detached control plane in `state` (and upstream KCM with [`PEER_CONTROLLERS`] when
-/// `with_kcm`), unless one is already running there.
-pub fn up(state: &Path, with_kcm: bool) -> Result<Up, Error> {
+/// Starts a detached control plane in `state` (and upstream KCM with these controllers, e.g.
+/// [`PEER_CONTROLLERS`], when `kcm_controllers` is given), unless one is already running there.
+pub fn up(state: &Path, kcm_controllers: Option<&[&str]>) -> Result<Up, Error> {
     let started = Instant::now();
     let state = absolute(state)?;
     let admin = state.join("admin.kubeconfig");
@@ -120,8 +120,8 @@ pub fn up(state: &Path, with_kcm: bool) -> Result<Up, Error> {
         apiserver_port: None,
     })?;
     let mut lines = vec![];
-    if with_kcm {
-        let mut opts = KcmOptions::controllers(&PEER_CONTROLLERS);
+    if let Some(controllers) = kcm_controllers {
+        let mut opts = KcmOptions::controllers(controllers);
         opts.lifetime = Lifetime::Detached;
         match cp.start_kcm(&opts) {
             Ok(kcm) => lines.push(format!(
@@ -149,9 +149,21 @@ pub fn up(state: &Path, with_kcm: bool) -> Result<Up, Error> {
     })
 }
 
+/// Records one more process started for the cluster in `state` (a controller the demo runs),
+/// so `status` lists it and `down` stops it.
+pub fn record_process(state: &Path, name: &str, pid: u32) -> Result<(), Error> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(pids_file(state))
+        .map_err(|e| Error::io("opening the pids file".into(), e))?;
+    writeln!(f, "{name} {pid}").map_err(|e| Error::io("writing the pids file".into(), e))
+}
+
 fn record(state: &Path, cp_pids: &[u32], extra: &[String]) -> Result<(), Error> {
     let mut text = String::new();
-    for (name, pid) in ["kube-apiserver", "etcd"].iter().zip(cp_pids) {
+    // Start order (etcd, apiserver, then the rest): `down` stops them in reverse.
+    for (name, pid) in ["kube-apiserver", "etcd"].iter().zip(cp_pids).rev() {
         text.push_str(&format!("{name} {pid}\n"));
     }
     for l in extra {

@@ -20,7 +20,7 @@ impl Drop for DownOnDrop {
 fn up_then_down_leaves_no_process_behind() {
     let state = std::env::temp_dir().join(nodeauth_testenv::unique_name("nodeauth-cluster"));
     let _guard = DownOnDrop(state.clone());
-    let up = cluster::up(&state, true).expect("cluster up");
+    let up = cluster::up(&state, Some(&cluster::PEER_CONTROLLERS)).expect("cluster up");
     assert!(!up.already_running);
     assert!(up.admin_kubeconfig.exists());
     eprintln!("cluster up ready in {:.1?}", up.elapsed);
@@ -34,7 +34,7 @@ fn up_then_down_leaves_no_process_behind() {
     assert!(rec.iter().all(|r| r.alive), "{rec:?}");
 
     // A second `up` finds it running and starts nothing.
-    let again = cluster::up(&state, true).unwrap();
+    let again = cluster::up(&state, Some(&cluster::PEER_CONTROLLERS)).unwrap();
     assert!(again.already_running);
     assert_eq!(cluster::processes_naming(&state).len(), running.len());
 
