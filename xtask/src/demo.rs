@@ -14,7 +14,9 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -35,7 +37,11 @@ struct Timeline {
 impl Timeline {
     fn step(&mut self, what: &str) -> Instant {
         self.step += 1;
-        println!("[{:>5.1}s] {:>2}. {what}", self.started.elapsed().as_secs_f64(), self.step);
+        println!(
+            "[{:>5.1}s] {:>2}. {what}",
+            self.started.elapsed().as_secs_f64(),
+            self.step
+        );
         Instant::now()
     }
 
@@ -45,7 +51,11 @@ impl Timeline {
 }
 
 /// Awaits `fut`, showing a spinner with the elapsed time; fails after `limit`.
-async fn waiting<T>(label: &str, limit: Duration, fut: impl Future<Output = T>) -> Result<(T, Duration)> {
+async fn waiting<T>(
+    label: &str,
+    limit: Duration,
+    fut: impl Future<Output = T>,
+) -> Result<(T, Duration)> {
     let started = Instant::now();
     let mut fut = std::pin::pin!(fut);
     let mut tick = tokio::time::interval(Duration::from_millis(120));
@@ -85,7 +95,16 @@ fn target_dir() -> PathBuf {
 
 fn build_binaries() -> Result<PathBuf> {
     let status = crate::cargo()
-        .args(["build", "--quiet", "-p", "bootstrap-signer", "-p", "token-cleaner", "-p", "kubectl-nodeauth"])
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            "bootstrap-signer",
+            "-p",
+            "token-cleaner",
+            "-p",
+            "kubectl-nodeauth",
+        ])
         .status()
         .context("running cargo build")?;
     if !status.success() {
@@ -95,7 +114,12 @@ fn build_binaries() -> Result<PathBuf> {
 }
 
 /// Runs `kubectl-nodeauth` with the admin kubeconfig; returns stdout.
-fn cli(bin: &Path, kubeconfig: &Path, args: &[&str], stdin: Option<&[u8]>) -> Result<(i32, String)> {
+fn cli(
+    bin: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&[u8]>,
+) -> Result<(i32, String)> {
     let mut cmd = Command::new(bin.join("kubectl-nodeauth"));
     cmd.args(args).env("KUBECONFIG", kubeconfig);
     let out = if let Some(input) = stdin {
@@ -117,7 +141,10 @@ fn cli(bin: &Path, kubeconfig: &Path, args: &[&str], stdin: Option<&[u8]>) -> Re
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok((out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned()))
+    Ok((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
 }
 
 pub fn run(state: &Path) -> Result<ExitCode> {
@@ -131,7 +158,9 @@ async fn demo(state: &Path) -> Result<()> {
         started: Instant::now(),
         step: 0,
     };
-    println!("nodeauth demo: a local Kubernetes v1.37.1 control plane, nodeauth's token controllers,");
+    println!(
+        "nodeauth demo: a local Kubernetes v1.37.1 control plane, nodeauth's token controllers,"
+    );
     println!("and the node-impersonation hole nodeauth exists to close.\n");
 
     t.step("building nodeauth's binaries (cargo build)");
@@ -151,16 +180,28 @@ async fn demo(state: &Path) -> Result<()> {
 
     t.step("deploying nodeauth-system and the least-privilege RBAC from deploy/ (bootstrap-signer, token-cleaner)");
     manifests::apply_file(&admin, &manifests::deploy_dir().join("namespace.yaml")).await?;
+    manifests::apply_file(
+        &admin,
+        &manifests::deploy_dir().join("cluster-info-rbac.yaml"),
+    )
+    .await?;
     let mut controllers = vec![];
     for (component, sa) in [
         ("bootstrap-signer", "nodeauth-bootstrap-signer"),
         ("token-cleaner", "nodeauth-token-cleaner"),
     ] {
-        manifests::apply_file(&admin, &manifests::deploy_dir().join(component).join("rbac.yaml")).await?;
+        manifests::apply_file(
+            &admin,
+            &manifests::deploy_dir().join(component).join("rbac.yaml"),
+        )
+        .await?;
         let token = manifests::service_account_token(&admin, "nodeauth-system", sa).await?;
         let kc = state.join(format!("{component}.kubeconfig"));
         let ca = std::fs::read_to_string(state.join("pki/ca.crt"))?;
-        std::fs::write(&kc, kubeconfig::render(&up.server, &ca, sa, &Credential::Token(token)))?;
+        std::fs::write(
+            &kc,
+            kubeconfig::render(&up.server, &ca, sa, &Credential::Token(token)),
+        )?;
         controllers.push((component, kc));
     }
 
@@ -182,15 +223,38 @@ async fn demo(state: &Path) -> Result<()> {
     }
 
     t.step("publishing kube-public/cluster-info: kubectl nodeauth cluster-info publish");
-    cli(&bin, &admin_kc, &["cluster-info", "publish", "--kubeconfig", &admin_kc.display().to_string()], None)?;
+    cli(
+        &bin,
+        &admin_kc,
+        &[
+            "cluster-info",
+            "publish",
+            "--kubeconfig",
+            &admin_kc.display().to_string(),
+        ],
+        None,
+    )?;
     nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, GROUP).await?;
-    t.detail(format!("and kubeadm's usual bindings for {GROUP} (auto-approval of node client CSRs)"));
+    t.detail(format!(
+        "and kubeadm's usual bindings for {GROUP} (auto-approval of node client CSRs)"
+    ));
 
-    t.step(&format!("creating a bootstrap token: kubectl nodeauth token create --ttl {TOKEN_TTL_SECONDS}s"));
-    let (_, out) = cli(&bin, &admin_kc, &["token", "create", "--ttl", &format!("{TOKEN_TTL_SECONDS}s")], None)?;
+    t.step(&format!(
+        "creating a bootstrap token: kubectl nodeauth token create --ttl {TOKEN_TTL_SECONDS}s"
+    ));
+    let (_, out) = cli(
+        &bin,
+        &admin_kc,
+        &["token", "create", "--ttl", &format!("{TOKEN_TTL_SECONDS}s")],
+        None,
+    )?;
     let token = out.trim().to_string();
-    let (id, _) = token.split_once('.').context("token create printed no token")?;
-    t.detail(format!("token {id}.<secret> (the secret is printed only where you ask for the token)"));
+    let (id, _) = token
+        .split_once('.')
+        .context("token create printed no token")?;
+    t.detail(format!(
+        "token {id}.<secret> (the secret is printed only where you ask for the token)"
+    ));
 
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
     let key = format!("jws-kubeconfig-{id}");
@@ -199,12 +263,15 @@ async fn demo(state: &Path) -> Result<()> {
         "bootstrap-signer to sign cluster-info",
         Duration::from_secs(30),
         await_condition(cms.clone(), "cluster-info", move |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()).is_some_and(|d| d.contains_key(&k))
+            c.and_then(|c| c.data.as_ref())
+                .is_some_and(|d| d.contains_key(&k))
         }),
     )
     .await?;
     let data = cm?.and_then(|c| c.data).context("cluster-info vanished")?;
-    t.step(&format!("bootstrap-signer signed cluster-info as {key} in {took:.1?}"));
+    t.step(&format!(
+        "bootstrap-signer signed cluster-info as {key} in {took:.1?}"
+    ));
     let kubeconfig_file = state.join("cluster-info.kubeconfig");
     std::fs::write(&kubeconfig_file, &data["kubeconfig"])?;
     let (code, _) = cli(
@@ -224,7 +291,11 @@ async fn demo(state: &Path) -> Result<()> {
     )?;
     t.detail(format!(
         "kubectl nodeauth cluster-info verify: {}",
-        if code == 0 { "valid (what a joining node checks before it trusts the CA)" } else { "INVALID" }
+        if code == 0 {
+            "valid (what a joining node checks before it trusts the CA)"
+        } else {
+            "INVALID"
+        }
     ));
 
     let victim = "node-a";
@@ -244,7 +315,13 @@ async fn demo(state: &Path) -> Result<()> {
     let key_pair = nodeauth_csr::CsrSigningKey::generate_p256()?;
     let request = nodeauth_csr::CsrBuilder::kubelet_client(victim).build(&key_pair)?;
     let ca = std::fs::read_to_string(state.join("pki/ca.crt"))?;
-    let as_token = client_from_kubeconfig(&kubeconfig::render(&up.server, &ca, "impostor", &Credential::Token(token.clone()))).await?;
+    let as_token = client_from_kubeconfig(&kubeconfig::render(
+        &up.server,
+        &ca,
+        "impostor",
+        &Credential::Token(token.clone()),
+    ))
+    .await?;
     let csrs: Api<CertificateSigningRequest> = Api::all(as_token);
     let csr_name = format!("impostor-{}", nodeauth_testenv::random_lower_alnum(5));
     csrs.create(
@@ -268,9 +345,15 @@ async fn demo(state: &Path) -> Result<()> {
     let (issued, took) = waiting(
         "upstream kube-controller-manager",
         Duration::from_secs(60),
-        await_condition(admin_csrs, &csr_name, |c: Option<&CertificateSigningRequest>| {
-            c.and_then(|c| c.status.as_ref()).and_then(|s| s.certificate.as_ref()).is_some()
-        }),
+        await_condition(
+            admin_csrs,
+            &csr_name,
+            |c: Option<&CertificateSigningRequest>| {
+                c.and_then(|c| c.status.as_ref())
+                    .and_then(|s| s.certificate.as_ref())
+                    .is_some()
+            },
+        ),
     )
     .await?;
     let status = issued?.and_then(|c| c.status).context("CSR vanished")?;
@@ -296,9 +379,15 @@ async fn demo(state: &Path) -> Result<()> {
     let read = Api::<Node>::all(as_victim).get(victim).await;
     t.detail(format!(
         "with that certificate the impostor reads Node {victim}: {}",
-        if read.is_ok() { "allowed — it IS that node now" } else { "refused" }
+        if read.is_ok() {
+            "allowed — it IS that node now"
+        } else {
+            "refused"
+        }
     ));
-    t.detail("nodeauth's approver denies exactly this (the node exists; no attestation) — not built yet");
+    t.detail(
+        "nodeauth's approver denies exactly this (the node exists; no attestation) — not built yet",
+    );
 
     t.step("what the CSR itself says: kubectl nodeauth csr inspect --signer kubernetes.io/kube-apiserver-client-kubelet");
     let (_, text) = cli(
@@ -347,16 +436,26 @@ async fn demo(state: &Path) -> Result<()> {
         "bootstrap-signer to drop the signature",
         Duration::from_secs(30),
         await_condition(cms, "cluster-info", move |c: Option<&ConfigMap>| {
-            c.and_then(|c| c.data.as_ref()).is_some_and(|d| !d.contains_key(&k))
+            c.and_then(|c| c.data.as_ref())
+                .is_some_and(|d| !d.contains_key(&k))
         }),
     )
     .await?;
     t.detail(format!("bootstrap-signer removed {key} ({took:.1?} later)"));
 
-    println!("\nDone in {:.1?}. The cluster is still running:", t.started.elapsed());
+    println!(
+        "\nDone in {:.1?}. The cluster is still running:",
+        t.started.elapsed()
+    );
     println!("  export KUBECONFIG={}", admin_kc.display());
-    println!("  export PATH={}:{}:$PATH", nodeauth_testenv::k8s::bin_dir().display(), bin.display());
-    println!("  kubectl get csr                               # the impostor's CSR, approved by upstream");
+    println!(
+        "  export PATH={}:{}:$PATH",
+        nodeauth_testenv::k8s::bin_dir().display(),
+        bin.display()
+    );
+    println!(
+        "  kubectl get csr                               # the impostor's CSR, approved by upstream"
+    );
     println!("  kubectl -n kube-public get cm cluster-info -o yaml");
     println!("  kubectl nodeauth token create --ttl 1m         # watch bootstrap-signer sign it");
     println!("  logs: {}", state.join("logs").display());

@@ -307,14 +307,19 @@ const FEATURE_TESTS: [(&str, &str); 1] = [
 
 /// Every fuzz target named in fuzz/Cargo.toml.
 fn fuzz_targets() -> Result<Vec<String>> {
-    let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml")).context("reading fuzz/Cargo.toml")?;
+    let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml"))
+        .context("reading fuzz/Cargo.toml")?;
     let mut targets = vec![];
     let mut in_bin = false;
     for line in manifest.lines().map(str::trim) {
         if line.starts_with('[') {
             in_bin = line == "[[bin]]";
         } else if in_bin && let Some(v) = line.strip_prefix("name") {
-            let name = v.trim_start().trim_start_matches('=').trim().trim_matches('"');
+            let name = v
+                .trim_start()
+                .trim_start_matches('=')
+                .trim()
+                .trim_matches('"');
             targets.push(name.to_string());
         }
     }
@@ -359,6 +364,9 @@ fn fuzz_smoke() -> Result<()> {
             .arg("-print_final_stats=0");
         run_step(&format!("fuzz {t} for {FUZZ_SMOKE_SECONDS}s"), r)?;
     }
-    println!("fuzz: {} targets ran {FUZZ_SMOKE_SECONDS}s each without a crash", targets.len());
+    println!(
+        "fuzz: {} targets ran {FUZZ_SMOKE_SECONDS}s each without a crash",
+        targets.len()
+    );
     Ok(())
 }

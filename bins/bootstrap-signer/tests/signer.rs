@@ -134,3 +134,35 @@ async fn runs_as_its_service_account_not_as_admin() {
     );
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
+
+#[tokio::test]
+async fn anonymous_users_may_read_cluster_info_and_nothing_else() {
+    ensure_cluster_info().await;
+    let admin = cp().admin_client().await.unwrap();
+    nodeauth_testenv::manifests::apply_file(
+        &admin,
+        &nodeauth_testenv::manifests::deploy_dir().join("cluster-info-rbac.yaml"),
+    )
+    .await
+    .unwrap();
+    let anonymous = cp()
+        .client(&nodeauth_testenv::Credential::None)
+        .await
+        .unwrap();
+    let cms = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(anonymous, "kube-public");
+    // RBAC reaches the authorizer within moments.
+    let mut got = cms.get("cluster-info").await;
+    for _ in 0..50 {
+        if got.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        got = cms.get("cluster-info").await;
+    }
+    assert!(got.unwrap().data.unwrap().contains_key("kubeconfig"));
+    let err = cms.list(&Default::default()).await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err}"
+    );
+}
