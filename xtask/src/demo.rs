@@ -303,13 +303,7 @@ async fn demo(state: &Path) -> Result<()> {
     Api::<Node>::all(admin.clone())
         .create(
             &PostParams::default(),
-            &Node {
-                metadata: ObjectMeta {
-                    name: Some(victim.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            &nodeauth_testenv::named::<Node>(victim),
         )
         .await?;
     let key_pair = nodeauth_csr::CsrSigningKey::generate_p256()?;

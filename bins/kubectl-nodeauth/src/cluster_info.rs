@@ -8,7 +8,7 @@ use kubectl_nodeauth::cluster_info_admin::{self, PublishOutcome};
 use kubectl_nodeauth::kube_client;
 use nodeauth_token::jws;
 
-use crate::token::{block_on, err, fail, out, parse_token_arg, read_input};
+use crate::token::{Shown, block_on, err, fail, out, parse_token_arg, read_input, redact_arg};
 
 /// cluster-info commands.
 #[derive(Debug, clap::Subcommand)]
@@ -37,8 +37,8 @@ pub struct PublishArgs {
     pub dry_run: bool,
 }
 
-/// Arguments of `cluster-info sign`.
-#[derive(Debug, clap::Args)]
+/// Arguments of `cluster-info sign`. `Debug` redacts the token.
+#[derive(clap::Args)]
 pub struct SignArgs {
     /// The bootstrap token (id.secret). Prefer the environment variable: arguments are visible
     /// to other users of the machine.
@@ -49,8 +49,8 @@ pub struct SignArgs {
     pub kubeconfig: PathBuf,
 }
 
-/// Arguments of `cluster-info verify`.
-#[derive(Debug, clap::Args)]
+/// Arguments of `cluster-info verify`. `Debug` redacts the token.
+#[derive(clap::Args)]
 pub struct VerifyArgs {
     /// The bootstrap token (id.secret). Prefer the environment variable.
     #[arg(long, env = "NODEAUTH_TOKEN", hide_env_values = true)]
@@ -61,6 +61,25 @@ pub struct VerifyArgs {
     /// The detached JWS (the value of jws-kubeconfig-<id>).
     #[arg(long, value_name = "JWS")]
     pub signature: String,
+}
+
+impl std::fmt::Debug for SignArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignArgs")
+            .field("token", &Shown(redact_arg(&self.token)))
+            .field("kubeconfig", &self.kubeconfig)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for VerifyArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifyArgs")
+            .field("token", &Shown(redact_arg(&self.token)))
+            .field("kubeconfig", &self.kubeconfig)
+            .field("signature", &self.signature)
+            .finish()
+    }
 }
 
 /// Runs a cluster-info command.
@@ -192,6 +211,8 @@ mod tests {
             .unwrap();
         assert_eq!(run(cli.cmd), ExitCode::from(2));
         let cli = Cli::try_parse_from(["x", "sign", "--token", token, "--kubeconfig", f]).unwrap();
+        let debug = format!("{:?}", cli.cmd);
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
         assert_eq!(run(cli.cmd), ExitCode::SUCCESS);
         std::fs::remove_dir_all(&dir).unwrap();
     }

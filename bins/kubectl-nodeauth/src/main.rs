@@ -38,14 +38,18 @@ enum Command {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(err) if err.use_stderr() => {
+            // Usage errors quote the offending argument, which may be a token: redact secrets.
+            #[allow(clippy::print_stderr)]
+            {
+                eprint!("{}", redact_tokens(&err.render().to_string()));
+            }
+            return ExitCode::from(2);
+        }
         Err(err) => {
-            // clap prints help/version with exit 0 and usage errors with 2; keep that contract.
+            // --help and --version.
             let _ = err.print();
-            return if err.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
+            return ExitCode::SUCCESS;
         }
     };
     match cli.command {
@@ -53,5 +57,53 @@ fn main() -> ExitCode {
         Command::Token(cmd) => token::run(cmd),
         Command::CaHash(args) => token::run_ca_hash(args),
         Command::ClusterInfo(cmd) => cluster_info::run(cmd),
+    }
+}
+
+/// Replaces the secret half of anything shaped like a bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`,
+/// not part of a longer word) with `<redacted>`.
+fn redact_tokens(text: &str) -> String {
+    let b = text.as_bytes();
+    let tok = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let at_boundary = i == 0 || !tok(b[i - 1]);
+        let fits = i + 23 <= b.len()
+            && b[i..i + 6].iter().all(|c| tok(*c))
+            && b[i + 6] == b'.'
+            && b[i + 7..i + 23].iter().all(|c| tok(*c))
+            && (i + 23 == b.len() || !tok(b[i + 23]));
+        if at_boundary && fits {
+            out.push_str(&text[i..i + 7]);
+            out.push_str("<redacted>");
+            i += 23;
+        } else {
+            let ch = text[i..].chars().next().unwrap_or('?');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_tokens;
+
+    #[test]
+    fn token_secrets_in_usage_errors_are_redacted() {
+        let e = "error: unexpected argument 'abcdef.0123456789abcdef' found";
+        assert_eq!(
+            redact_tokens(e),
+            "error: unexpected argument 'abcdef.<redacted>' found"
+        );
+        // Not a token: left alone (too long, or part of a longer word).
+        let long = "xabcdef.0123456789abcdef and abcdef.0123456789abcdefg";
+        assert_eq!(redact_tokens(long), long);
+        assert_eq!(
+            redact_tokens("ünïcode abcdef.0123456789abcdef"),
+            "ünïcode abcdef.<redacted>"
+        );
     }
 }

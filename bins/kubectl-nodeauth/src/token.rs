@@ -38,6 +38,29 @@ pub(crate) fn parse_token_arg(s: &str) -> Result<BootstrapToken, ExitCode> {
     })
 }
 
+/// A token-ish command-line value as it may be shown (errors, `Debug`): an id-sized value
+/// without a `.` as is; otherwise at most the part before the `.`, never anything that may be
+/// a secret (a full token, or a secret pasted alone).
+pub(crate) fn redact_arg(s: &str) -> String {
+    match s.split_once('.') {
+        Some((id, _)) if id.chars().count() <= nodeauth_token::TOKEN_ID_LEN => {
+            format!("{id:?}.<redacted>")
+        }
+        Some(_) => "<redacted>".into(),
+        None if s.chars().count() <= nodeauth_token::TOKEN_ID_LEN => format!("{s:?}"),
+        None => "<redacted>".into(),
+    }
+}
+
+/// Debug-prints an already redacted value as is.
+pub(crate) struct Shown(pub(crate) String);
+
+impl std::fmt::Debug for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Runs a future on a small runtime (the pure crates need none; only API calls do).
 pub(crate) fn block_on<F: std::future::Future>(f: F) -> std::io::Result<F::Output> {
     Ok(tokio::runtime::Builder::new_current_thread()
@@ -71,8 +94,8 @@ pub enum TokenCommand {
     Delete(DeleteArgs),
 }
 
-/// Arguments of `token create`.
-#[derive(Debug, clap::Args)]
+/// Arguments of `token create`. `Debug` redacts the token.
+#[derive(clap::Args)]
 pub struct CreateArgs {
     /// The token to store (id.secret, [a-z0-9]{6}.[a-z0-9]{16}); generated when omitted.
     pub token: Option<String>,
@@ -103,6 +126,23 @@ pub struct CreateArgs {
     pub kube: KubeArgs,
 }
 
+impl std::fmt::Debug for CreateArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreateArgs")
+            .field(
+                "token",
+                &self.token.as_deref().map(|t| Shown(redact_arg(t))),
+            )
+            .field("ttl", &self.ttl)
+            .field("usages", &self.usages)
+            .field("groups", &self.groups)
+            .field("description", &self.description)
+            .field("print_join_command", &self.print_join_command)
+            .field("kube", &self.kube)
+            .finish()
+    }
+}
+
 /// Output formats of `token list`.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -130,14 +170,30 @@ pub struct ListArgs {
     pub kube: KubeArgs,
 }
 
-/// Arguments of `token delete`.
-#[derive(Debug, clap::Args)]
+/// Arguments of `token delete`. `Debug` redacts full tokens.
+#[derive(clap::Args)]
 pub struct DeleteArgs {
     /// Token ids or full tokens.
     #[arg(required = true, value_name = "ID|TOKEN")]
     pub tokens: Vec<String>,
     #[command(flatten)]
     pub kube: KubeArgs,
+}
+
+impl std::fmt::Debug for DeleteArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeleteArgs")
+            .field(
+                "tokens",
+                &self
+                    .tokens
+                    .iter()
+                    .map(|t| Shown(redact_arg(t)))
+                    .collect::<Vec<_>>(),
+            )
+            .field("kube", &self.kube)
+            .finish()
+    }
 }
 
 /// Arguments of `ca-hash`.
@@ -277,12 +333,8 @@ fn run_delete(args: DeleteArgs) -> ExitCode {
             Ok(id) => ids.push(id),
             Err(e) => {
                 err(&format!(
-                    "error: {:?} is neither a token id nor a bootstrap token: {e}",
-                    if arg.contains('.') {
-                        "<token>"
-                    } else {
-                        arg.as_str()
-                    }
+                    "error: {} is neither a token id nor a bootstrap token: {e}",
+                    redact_arg(arg)
                 ));
                 return ExitCode::from(EXIT_USAGE);
             }
@@ -415,6 +467,33 @@ mod tests {
                 "{args:?}"
             );
         }
+    }
+
+    #[test]
+    fn debug_and_errors_redact_secrets() {
+        let TokenCommand::Create(a) = parse(&["create", "abcdef.0123456789abcdef"]) else {
+            panic!("not create")
+        };
+        let debug = format!("{a:?}");
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
+        assert!(debug.contains("\"abcdef\".<redacted>"), "{debug}");
+        let TokenCommand::Delete(d) = parse(&[
+            "delete",
+            "bcdefg.0123456789abcdef",
+            "0123456789abcdef",
+            "abcdef",
+        ]) else {
+            panic!("not delete")
+        };
+        let debug = format!("{d:?}");
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
+        assert!(debug.contains("\"abcdef\""), "{debug}");
+        assert_eq!(
+            redact_arg("ABCDEF.0123456789abcdef"),
+            "\"ABCDEF\".<redacted>"
+        );
+        assert_eq!(redact_arg("0123456789.abcdef"), "<redacted>");
+        assert_eq!(redact_arg("abc"), "\"abc\"");
     }
 
     #[test]

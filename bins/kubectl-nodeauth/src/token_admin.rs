@@ -1,7 +1,7 @@
 //! Bootstrap token operations against kube-apiserver (`token create/list/delete`) and their
 //! output, with kubeadm's behaviour and formats.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use anyhow::{Context as _, bail};
@@ -250,29 +250,40 @@ pub fn render_table(records: &[TokenRecord], now: Timestamp) -> String {
             or_none(r.extra_groups.join(",")),
         ]);
     }
-    // Go's tabwriter as kubeadm configures it: min width 10, padding 3; the last cell is free.
-    let widths: Vec<usize> = (0..5)
-        .map(|c| {
-            rows.iter()
-                .map(|row| row[c].chars().count() + 3)
-                .max()
-                .unwrap_or(0)
-                .max(10)
-        })
-        .collect();
+    // Go's tabwriter as kubeadm configures it (min width 10, padding 3; the last cell is free),
+    // and as kubeadm uses it: a new tabwriter per token, flushed after each, so the header is
+    // aligned with the first row only and every other row by itself.
     let mut out = String::new();
-    for row in &rows {
-        for (cell, width) in row.iter().zip(&widths) {
-            let _ = write!(out, "{cell:<width$}");
+    let mut start = 0;
+    while start < rows.len() {
+        let end = if start == 0 { 2 } else { start + 1 };
+        let block = &rows[start..end.min(rows.len())];
+        let widths: Vec<usize> = (0..5)
+            .map(|c| {
+                block
+                    .iter()
+                    .map(|row| row[c].chars().count() + 3)
+                    .max()
+                    .unwrap_or(0)
+                    .max(10)
+            })
+            .collect();
+        for row in block {
+            for (cell, width) in row.iter().zip(&widths) {
+                let _ = write!(out, "{cell:<width$}");
+            }
+            out.push_str(&row[5]);
+            out.push('\n');
         }
-        out.push_str(&row[5]);
-        out.push('\n');
+        start += block.len();
     }
     out
 }
 
 /// One token in kubeadm's `output.kubeadm.k8s.io/v1alpha3` shape (for `-o json|yaml`).
-#[derive(Debug, Serialize)]
+///
+/// Serializing it prints the full token (the user asked for it); `Debug` redacts the secret.
+#[derive(Serialize)]
 pub struct OutputToken {
     kind: &'static str,
     #[serde(rename = "apiVersion")]
@@ -282,9 +293,23 @@ pub struct OutputToken {
     description: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     expires: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     usages: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     groups: Vec<String>,
+}
+
+impl std::fmt::Debug for OutputToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = self.token.split('.').next().unwrap_or_default();
+        f.debug_struct("OutputToken")
+            .field("token", &format_args!("{id}.<redacted>"))
+            .field("description", &self.description)
+            .field("expires", &self.expires)
+            .field("usages", &self.usages)
+            .field("groups", &self.groups)
+            .finish()
+    }
 }
 
 impl From<&TokenRecord> for OutputToken {
@@ -304,22 +329,47 @@ impl From<&TokenRecord> for OutputToken {
     }
 }
 
-/// Renders tokens as JSON objects, one after the other (as kubeadm).
+/// Renders tokens as JSON objects, one after the other, indented by four spaces (as kubeadm's
+/// printer, `json.MarshalIndent(obj, "", "    ")`).
 pub fn render_json(records: &[TokenRecord]) -> anyhow::Result<String> {
-    let mut out = String::new();
+    let mut out = Vec::new();
     for r in records {
-        out.push_str(&serde_json::to_string_pretty(&OutputToken::from(r))?);
-        out.push('\n');
+        let mut ser = serde_json::Serializer::with_formatter(
+            &mut out,
+            serde_json::ser::PrettyFormatter::with_indent(b"    "),
+        );
+        OutputToken::from(r).serialize(&mut ser)?;
+        out.push(b'\n');
     }
-    Ok(out)
+    Ok(String::from_utf8(out)?)
 }
 
-/// Renders tokens as YAML documents separated by `---`.
+/// Renders tokens as YAML documents separated by `---`, as kubeadm's printer does
+/// (sigs.k8s.io/yaml: the JSON object's keys sorted, the timestamp quoted).
 pub fn render_yaml(records: &[TokenRecord]) -> anyhow::Result<String> {
     let docs = records
         .iter()
-        .map(|r| serde_yaml::to_string(&OutputToken::from(r)))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|r| {
+            let serde_json::Value::Object(fields) = serde_json::to_value(OutputToken::from(r))?
+            else {
+                anyhow::bail!("a token did not serialize to an object");
+            };
+            let sorted: BTreeMap<String, serde_json::Value> = fields.into_iter().collect();
+            let yaml = serde_yaml::to_string(&sorted)?;
+            // go-yaml quotes strings a YAML 1.1 reader would take for a timestamp; serde_yaml
+            // does not. `expires` is a top-level key, so it can only start a line as itself.
+            Ok(match r.expiration {
+                Expiration::At(at) => {
+                    let ts = format_expiration(at);
+                    yaml.replace(
+                        &format!("\nexpires: {ts}\n"),
+                        &format!("\nexpires: \"{ts}\"\n"),
+                    )
+                }
+                Expiration::Never => yaml,
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(docs.join("---\n"))
 }
 
@@ -448,10 +498,25 @@ mod tests {
         let want = "\
 TOKEN                     TTL         EXPIRES                USAGES                   DESCRIPTION                                                EXTRA GROUPS
 abcdef.0123456789abcdef   23h         2030-01-02T00:00:00Z   authentication,signing   <none>                                                     system:bootstrappers:nodeauth:default-node-token
-zzzzzz.0123456789abcdef   <forever>   <never>                <none>                   worker pool                                                <none>
+zzzzzz.0123456789abcdef   <forever>   <never>   <none>                   worker pool                                                <none>
 ";
         assert_eq!(table, want);
         assert_eq!(render_table(&[], now()), "");
+        // A long description widens only its own row, as kubeadm's per-token tabwriter does.
+        let long = build_record(
+            CreateOptions {
+                token: Some(BootstrapToken::parse("yyyyyy.0123456789abcdef").unwrap()),
+                description: "d".repeat(60),
+                ..opts()
+            },
+            now(),
+        )
+        .unwrap();
+        let a = build_record(opts(), now()).unwrap();
+        let table = render_table(&[a.clone(), long, a], now() + SignedDuration::from_mins(30));
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[1], lines[3]);
+        assert_eq!(lines[2].len(), lines[1].len() + 4);
     }
 
     #[test]
@@ -478,9 +543,16 @@ zzzzzz.0123456789abcdef   <forever>   <never>                <none>             
             v["usages"],
             serde_json::json!(["authentication", "signing"])
         );
+        let debug = format!("{:?}", OutputToken::from(&r));
+        assert!(!debug.contains("0123456789abcdef"), "{debug}");
+        assert!(debug.contains("abcdef.<redacted>"), "{debug}");
         let yaml = render_yaml(&[r.clone(), r]).unwrap();
         assert_eq!(yaml.matches("---").count(), 1);
         assert!(yaml.contains("token: abcdef.0123456789abcdef"), "{yaml}");
+        assert!(
+            yaml.starts_with("apiVersion: output.kubeadm.k8s.io/v1alpha3\nexpires: \"2030-01-02T00:00:00Z\"\ngroups:\n"),
+            "{yaml}"
+        );
     }
 
     #[test]

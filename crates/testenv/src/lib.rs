@@ -151,6 +151,18 @@ pub fn random_lower_alnum(len: usize) -> String {
     out
 }
 
+/// An object of kind `K` with only `metadata.name` set (what a test creates to have one).
+///
+/// ```
+/// let node: k8s_openapi::api::core::v1::Node = nodeauth_testenv::named("n1");
+/// assert_eq!(node.metadata.name.as_deref(), Some("n1"));
+/// ```
+pub fn named<K: kube::Resource + Default>(name: &str) -> K {
+    let mut k = K::default();
+    k.meta_mut().name = Some(name.to_string());
+    k
+}
+
 /// Who the apiserver says this client is (a `SelfSubjectReview`).
 pub async fn whoami(client: &kube::Client) -> Result<UserInfo, Error> {
     let api: Api<SelfSubjectReview> = Api::all(client.clone());

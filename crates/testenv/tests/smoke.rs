@@ -66,13 +66,7 @@ async fn node_identity_is_limited_by_the_node_authorizer() {
     let other = unique_name("n");
     let node = cp().node_client(&name).await.unwrap();
     let nodes: Api<Node> = Api::all(node.clone());
-    let mk = |n: &str| Node {
-        metadata: ObjectMeta {
-            name: Some(n.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let mk = nodeauth_testenv::named::<Node>;
     nodes
         .create(&PostParams::default(), &mk(&name))
         .await
@@ -96,13 +90,7 @@ async fn node_identity_is_limited_by_the_node_authorizer() {
     Api::<Secret>::namespaced(admin, "default")
         .create(
             &PostParams::default(),
-            &Secret {
-                metadata: ObjectMeta {
-                    name: Some(secret_name.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            &nodeauth_testenv::named::<Secret>(&secret_name),
         )
         .await
         .unwrap();

@@ -300,13 +300,7 @@ async fn create_node(client: kube::Client, name: &str) {
     Api::<Node>::all(client)
         .create(
             &PostParams::default(),
-            &Node {
-                metadata: ObjectMeta {
-                    name: Some(name.to_string()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
+            &nodeauth_testenv::named::<Node>(&name),
         )
         .await
         .expect("the victim node registers itself");
