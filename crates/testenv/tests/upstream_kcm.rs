@@ -300,7 +300,7 @@ async fn create_node(client: kube::Client, name: &str) {
     Api::<Node>::all(client)
         .create(
             &PostParams::default(),
-            &nodeauth_testenv::named::<Node>(&name),
+            &nodeauth_testenv::named::<Node>(name),
         )
         .await
         .expect("the victim node registers itself");
