@@ -313,9 +313,11 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
 }
 
 /// Packages whose feature-gated tests `cargo xtask test` runs as well.
-const FEATURE_TESTS: [(&str, &str); 1] = [
+const FEATURE_TESTS: [(&str, &str); 2] = [
     // The TPM agent on tss-esapi, against a real swtpm.
     ("nodeauth-tpm", "esapi"),
+    // The Kubernetes-backed TOFU store (real control plane) and the test-only null provider.
+    ("nodeauth-attest", "kube,null-provider"),
 ];
 
 /// Every fuzz target named in fuzz/Cargo.toml.

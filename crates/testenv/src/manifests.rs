@@ -87,7 +87,39 @@ pub async fn service_account_token(
         .ok_or_else(|| Error::Other("TokenRequest without status.token".into()))
 }
 
+/// The Machine CRDs the approver's inventory reads: Cluster API `machines.cluster.x-k8s.io` and
+/// OpenShift `machines.machine.openshift.io` (v1beta1; the fields nodeauth uses, the rest
+/// preserved).
+pub fn machine_crd_paths() -> [PathBuf; 2] {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crds");
+    [
+        dir.join("cluster-api-machine.yaml"),
+        dir.join("openshift-machine.yaml"),
+    ]
+}
+
 impl ControlPlane {
+    /// Installs both Machine CRDs (idempotent) and waits until they are served.
+    pub async fn install_machine_crds(&self) -> Result<(), Error> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        use kube::runtime::wait::{await_condition, conditions};
+        let admin = self.admin_client().await?;
+        for path in machine_crd_paths() {
+            apply_file(&admin, &path).await?;
+        }
+        let crds: Api<CustomResourceDefinition> = Api::all(admin);
+        for name in ["machines.cluster.x-k8s.io", "machines.machine.openshift.io"] {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                await_condition(crds.clone(), name, conditions::is_crd_established()),
+            )
+            .await
+            .map_err(|_| Error::Other(format!("CRD {name} not established in 30s")))?
+            .map_err(|e| Error::Other(format!("waiting for CRD {name}: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Applies `deploy/namespace.yaml` and `deploy/<component>/rbac.yaml`, and writes a kubeconfig
     /// for the component's ServiceAccount `nodeauth-system/<service_account>`.
     pub async fn deploy_rbac(

@@ -1,0 +1,43 @@
+//! Property tests: the envelope survives encode → CSR → parse → decode, and no input panics.
+
+use nodeauth_attest::{Envelope, TicketKey, from_unix_seconds};
+use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
+use proptest::prelude::*;
+
+fn provider_name() -> impl Strategy<Value = String> {
+    "[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+}
+
+proptest! {
+    #[test]
+    fn data_block_round_trips(provider in provider_name(), version: u16, payload in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let env = Envelope::new(provider.clone(), version, payload).unwrap();
+        let decoded = Envelope::decode(&provider, &env.encode_data()).unwrap();
+        prop_assert_eq!(decoded, env);
+    }
+
+    #[test]
+    fn decode_never_panics(provider in ".{0,80}", data in proptest::collection::vec(any::<u8>(), 0..64)) {
+        if let Ok(env) = Envelope::decode(&provider, &data) {
+            prop_assert_eq!(env.encode_data(), data);
+        }
+    }
+
+    #[test]
+    fn ticket_verify_never_panics(ticket in "[A-Za-z0-9_.-]{0,300}", node in "[a-z-]{0,10}") {
+        let _ = TicketKey::new([3; 32]).verify(&ticket, &node, "acme", from_unix_seconds(1_000));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    #[test]
+    fn envelope_round_trips_through_a_csr(provider in provider_name(), version: u16, payload in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let key = CsrSigningKey::Ed25519(ed25519_dalek::SigningKey::from_bytes(&[9; 32]));
+        let env = Envelope::new(provider, version, payload).unwrap();
+        let pem = env.apply(CsrBuilder::kubelet_client("worker-1")).build(&key).unwrap();
+        let csr = parse(pem.as_bytes()).unwrap();
+        prop_assert_eq!(Envelope::from_csr(&csr).unwrap(), Some(env));
+    }
+}
