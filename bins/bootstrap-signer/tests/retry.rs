@@ -52,5 +52,11 @@ async fn a_failed_write_is_retried_until_it_succeeds() {
         .await
         .unwrap();
     wait_signature(&id, 60, |v| v.is_some()).await;
-    assert!(signer.metric("nodeauth_bootstrap_signer_writes") >= 1.0);
+    // The counter moves once the update call has returned, which can be a moment after the
+    // ConfigMap change reaches this test's watch.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while signer.metric("nodeauth_bootstrap_signer_writes") < 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the successful write was not counted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
