@@ -113,15 +113,20 @@ fn build_binaries() -> Result<PathBuf> {
     Ok(target_dir().join("debug"))
 }
 
-/// Runs `kubectl-nodeauth` with the admin kubeconfig; returns stdout.
+/// Runs `kubectl-nodeauth` with the admin kubeconfig (and a token, through the environment so
+/// it never shows in `ps` or in an error message); returns the exit code and stdout.
 fn cli(
     bin: &Path,
     kubeconfig: &Path,
+    token: Option<&str>,
     args: &[&str],
     stdin: Option<&[u8]>,
 ) -> Result<(i32, String)> {
     let mut cmd = Command::new(bin.join("kubectl-nodeauth"));
     cmd.args(args).env("KUBECONFIG", kubeconfig);
+    if let Some(t) = token {
+        cmd.env("NODEAUTH_TOKEN", t);
+    }
     let out = if let Some(input) = stdin {
         let mut child = cmd
             .stdin(std::process::Stdio::piped())
@@ -137,7 +142,7 @@ fn cli(
     if out.status.code() == Some(2) {
         bail!(
             "kubectl nodeauth {} failed: {}",
-            args.join(" "),
+            args.first().copied().unwrap_or_default(),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -226,6 +231,7 @@ async fn demo(state: &Path) -> Result<()> {
     cli(
         &bin,
         &admin_kc,
+        None,
         &[
             "cluster-info",
             "publish",
@@ -245,6 +251,7 @@ async fn demo(state: &Path) -> Result<()> {
     let (_, out) = cli(
         &bin,
         &admin_kc,
+        None,
         &["token", "create", "--ttl", &format!("{TOKEN_TTL_SECONDS}s")],
         None,
     )?;
@@ -277,11 +284,10 @@ async fn demo(state: &Path) -> Result<()> {
     let (code, _) = cli(
         &bin,
         &admin_kc,
+        Some(&token),
         &[
             "cluster-info",
             "verify",
-            "--token",
-            &token,
             "--kubeconfig",
             &kubeconfig_file.display().to_string(),
             "--signature",
@@ -387,6 +393,7 @@ async fn demo(state: &Path) -> Result<()> {
     let (_, text) = cli(
         &bin,
         &admin_kc,
+        None,
         &[
             "csr",
             "inspect",

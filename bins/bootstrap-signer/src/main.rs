@@ -43,13 +43,13 @@ use prometheus_client::metrics::gauge::Gauge;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// Namespace of the bootstrap token Secrets (upstream: kube-system).
-    #[arg(long, env = "NODEAUTH_TOKEN_NAMESPACE", default_value = "kube-system")]
-    token_namespace: String,
-
     #[command(flatten)]
     runtime: ControllerArgs,
 }
+
+/// Bootstrap tokens live in kube-system: the apiserver's authenticator and the token rules
+/// (`nodeauth_token::secret`) accept no other namespace, so this is not configurable.
+const TOKEN_NAMESPACE: &str = "kube-system";
 
 const CONTROLLER: &str = "bootstrap-signer";
 
@@ -95,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     rt.run(move |stop: CancellationToken| async move {
-        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &cli.token_namespace);
+        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), TOKEN_NAMESPACE);
         let (store, writer) = reflector::store();
         let token_secrets = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
         // The token reflector is driven on its own, not as the controller's trigger stream: the

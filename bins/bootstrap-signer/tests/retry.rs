@@ -56,7 +56,10 @@ async fn a_failed_write_is_retried_until_it_succeeds() {
     // ConfigMap change reaches this test's watch.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while signer.metric("nodeauth_bootstrap_signer_writes") < 1.0 {
-        assert!(std::time::Instant::now() < deadline, "the successful write was not counted");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the successful write was not counted"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -31,13 +31,13 @@ use prometheus_client::metrics::counter::Counter;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Cli {
-    /// Namespace of the bootstrap token Secrets (upstream: kube-system).
-    #[arg(long, env = "NODEAUTH_TOKEN_NAMESPACE", default_value = "kube-system")]
-    token_namespace: String,
-
     #[command(flatten)]
     runtime: ControllerArgs,
 }
+
+/// Bootstrap tokens live in kube-system: the apiserver's authenticator and the token rules
+/// (`nodeauth_token::secret`) accept no other namespace, so this is not configurable.
+const TOKEN_NAMESPACE: &str = "kube-system";
 
 const CONTROLLER: &str = "token-cleaner";
 
@@ -73,7 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     rt.run(move |stop: CancellationToken| async move {
-        let secrets: Api<Secret> = Api::namespaced(client, &cli.token_namespace);
+        let secrets: Api<Secret> = Api::namespaced(client, TOKEN_NAMESPACE);
         let ctx = Arc::new(Ctx {
             secrets: secrets.clone(),
             reconciles,

@@ -39,8 +39,8 @@ impl core::fmt::Debug for TicketKey {
     }
 }
 
-/// What a ticket asserts.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// What a ticket asserts. `Debug` leaves the nonce out: it is the single-use secret.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TicketClaims {
     /// The node the ticket was issued to (JWT `aud`).
     #[serde(rename = "aud")]
@@ -59,6 +59,19 @@ pub struct TicketClaims {
     /// Expiry, seconds since the Unix epoch (JWT `exp`).
     #[serde(rename = "exp")]
     pub expires_at: u64,
+}
+
+impl core::fmt::Debug for TicketClaims {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TicketClaims")
+            .field("node_name", &self.node_name)
+            .field("provider", &self.provider)
+            .field("nonce", &"<redacted>")
+            .field("subject", &self.subject)
+            .field("issued_at", &self.issued_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// Why a ticket was refused. Each reason is distinct so an operator can tell a replay from a
@@ -416,5 +429,25 @@ mod tests {
         assert!(key.issue(&c).is_err());
         c.expires_at = 1_000;
         assert!(key.issue(&c).is_err());
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    #[test]
+    fn debug_hides_the_nonce() {
+        let c = super::TicketClaims {
+            node_name: "n1".into(),
+            provider: "acme".into(),
+            nonce: "c2VjcmV0LW5vbmNl".into(),
+            subject: None,
+            issued_at: 1,
+            expires_at: 2,
+        };
+        let d = format!("{c:?}");
+        assert!(
+            d.contains("<redacted>") && !d.contains("c2VjcmV0LW5vbmNl"),
+            "{d}"
+        );
     }
 }

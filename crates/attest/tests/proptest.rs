@@ -1,6 +1,6 @@
 //! Property tests: the envelope survives encode → CSR → parse → decode, and no input panics.
 
-use nodeauth_attest::{Envelope, TicketKey, from_unix_seconds};
+use nodeauth_attest::{Envelope, TicketClaims, TicketKey, from_unix_seconds};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
 use proptest::prelude::*;
 
@@ -26,6 +26,28 @@ proptest! {
     #[test]
     fn ticket_verify_never_panics(ticket in "[A-Za-z0-9_.-]{0,300}", node in "[a-z-]{0,10}") {
         let _ = TicketKey::new([3; 32]).verify(&ticket, &node, "acme", from_unix_seconds(1_000));
+    }
+
+    /// Random text rarely gets past the header; mutating a real ticket reaches the MAC and claim
+    /// checks. Any change to a signed ticket must be refused, and nothing may panic.
+    #[test]
+    fn mutated_real_tickets_never_verify(pos in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
+        let key = TicketKey::new([3; 32]);
+        let now = from_unix_seconds(1_000);
+        let claims = TicketClaims::new("node-1", "acme", &[7; 32], now, std::time::Duration::from_secs(60));
+        let ticket = key.issue(&claims).unwrap();
+        prop_assert!(key.verify(&ticket, "node-1", "acme", now).is_ok());
+        let mut bytes = ticket.clone().into_bytes();
+        let i = pos.index(bytes.len());
+        if bytes[i] != byte {
+            bytes[i] = byte;
+            let mutated = String::from_utf8_lossy(&bytes).into_owned();
+            if mutated != ticket {
+                prop_assert!(key.verify(&mutated, "node-1", "acme", now).is_err(), "accepted a changed ticket");
+            }
+        }
+        let truncated = &ticket[..cut.index(ticket.len())];
+        prop_assert!(key.verify(truncated, "node-1", "acme", now).is_err());
     }
 }
 

@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::process::{self, Lifetime, Process};
 use crate::{ControlPlane, Error, k8s};
 
-/// How to start a kubelet.
-#[derive(Debug, Clone)]
+/// How to start a kubelet. `Debug` shows whether kubeconfigs are set, not their credentials.
+#[derive(Clone)]
 pub struct KubeletOptions {
     /// `--hostname-override`: the Node name it registers and asks certificates for.
     pub node_name: String,
@@ -28,6 +28,22 @@ pub struct KubeletOptions {
     pub server_tls_bootstrap: bool,
     /// Extra command-line flags.
     pub extra_args: Vec<String>,
+}
+
+impl std::fmt::Debug for KubeletOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeletOptions")
+            .field("node_name", &self.node_name)
+            .field(
+                "bootstrap_kubeconfig",
+                &self.bootstrap_kubeconfig.as_ref().map(|_| "<set>"),
+            )
+            .field("kubeconfig", &self.kubeconfig.as_ref().map(|_| "<set>"))
+            .field("rotate_certificates", &self.rotate_certificates)
+            .field("server_tls_bootstrap", &self.server_tls_bootstrap)
+            .field("extra_args", &self.extra_args)
+            .finish()
+    }
 }
 
 impl KubeletOptions {

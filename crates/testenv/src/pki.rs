@@ -153,7 +153,6 @@ impl Ca {
 }
 
 /// Every credential file a control plane needs, written under one directory.
-#[derive(Debug)]
 pub struct Pki {
     /// Signs the apiserver serving cert and the harness's client certs.
     pub cluster_ca: Ca,
@@ -168,6 +167,19 @@ pub struct Pki {
     /// Its public key (SubjectPublicKeyInfo PEM): what `--service-account-key-file` accepts.
     pub service_account_public_pem: String,
     dir: PathBuf,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki")
+            .field("cluster_ca", &self.cluster_ca)
+            .field("kcm_signer_ca", &self.kcm_signer_ca)
+            .field("apiserver", &self.apiserver)
+            .field("admin", &self.admin)
+            .field("service_account_key_pem", &"<redacted>")
+            .field("dir", &self.dir)
+            .finish()
+    }
 }
 
 impl Pki {

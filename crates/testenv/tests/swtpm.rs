@@ -52,7 +52,43 @@ fn swtpm_serves_an_ek_certificate_from_its_local_ca() {
         String::from_utf8_lossy(&verify.stderr)
     );
 
-    // And a certificate that is not the EK's does not verify against that CA.
+    // A certificate from elsewhere does not verify against that CA (the check can fail).
+    let foreign = dir.join("foreign.pem");
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args(["-subj", "/CN=not-an-ek", "-days", "1", "-keyout"])
+        .arg(dir.join("foreign.key"))
+        .arg("-out")
+        .arg(&foreign)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let refused = Command::new("openssl")
+        .arg("verify")
+        .arg("-CAfile")
+        .arg(ca.join("swtpm-localca-rootca-cert.pem"))
+        .arg("-untrusted")
+        .arg(ca.join("issuercert.pem"))
+        .arg(&foreign)
+        .output()
+        .unwrap();
+    assert!(
+        !refused.status.success(),
+        "a foreign certificate verified against swtpm's CA"
+    );
+
     let issuer = Command::new("openssl")
         .args(["x509", "-noout", "-issuer", "-in"])
         .arg(&pem)

@@ -37,8 +37,8 @@ impl std::fmt::Debug for TicketKey {
     }
 }
 
-/// What a ticket asserts.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What a ticket asserts. `Debug` leaves the nonce out: it is the single-use secret.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct TicketClaims {
     /// The activated TPM's EK.
     pub ek: EkFingerprint,
@@ -52,6 +52,19 @@ pub struct TicketClaims {
     pub issued_at: u64,
     /// Expiry, seconds since the Unix epoch.
     pub expires_at: u64,
+}
+
+impl std::fmt::Debug for TicketClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TicketClaims")
+            .field("ek", &self.ek)
+            .field("ak_name", &self.ak_name)
+            .field("nonce", &"<redacted>")
+            .field("node_name", &self.node_name)
+            .field("issued_at", &self.issued_at)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// A ticket failed to decode or verify.
@@ -74,8 +87,12 @@ pub(crate) fn unix(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// Never panics: a time past what `SystemTime` holds saturates to the latest it can.
 pub(crate) fn from_unix(s: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(s)
+    UNIX_EPOCH
+        .checked_add(Duration::from_secs(s))
+        .or_else(|| UNIX_EPOCH.checked_add(Duration::from_secs(i64::MAX as u64 / 2)))
+        .unwrap_or(UNIX_EPOCH)
 }
 
 impl TicketClaims {
@@ -150,5 +167,25 @@ impl TicketClaims {
             issued_at,
             expires_at,
         })
+    }
+}
+
+#[cfg(test)]
+mod redaction_tests {
+    use super::*;
+
+    #[test]
+    fn debug_hides_the_nonce_and_far_times_do_not_panic() {
+        let c = TicketClaims {
+            ek: EkFingerprint::of_spki(b"ek"),
+            ak_name: vec![0, 11],
+            nonce: [0xab; 32],
+            node_name: "n1".into(),
+            issued_at: 1,
+            expires_at: u64::MAX,
+        };
+        let d = format!("{c:?}");
+        assert!(d.contains("<redacted>") && !d.contains("171"), "{d}");
+        let _ = from_unix(u64::MAX);
     }
 }
