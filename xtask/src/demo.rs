@@ -172,13 +172,15 @@ async fn demo(state: &Path) -> Result<()> {
     let bin = build_binaries()?;
 
     let s = t.step("starting etcd + kube-apiserver + upstream kube-controller-manager (csrapproving, csrsigning)");
-    let up = cluster::up(state, Some(&KCM_CONTROLLERS))?;
-    if up.already_running {
-        bail!(
-            "a cluster from an earlier run is still up in {}: run `cargo xtask cluster down` first",
+    // Start from a clean slate: a cluster left by an earlier demo or `cluster up` is replaced.
+    let replaced = cluster::down(state)?;
+    if !replaced.is_empty() {
+        t.detail(format!(
+            "replaced the cluster left running in {}",
             state.display()
-        );
+        ));
     }
+    let up = cluster::up(state, Some(&KCM_CONTROLLERS))?;
     t.detail(format!("ready in {:.1?} at {}", s.elapsed(), up.server));
     let admin_kc = up.admin_kubeconfig.clone();
     let admin = client_from_kubeconfig(&std::fs::read_to_string(&admin_kc)?).await?;
