@@ -2,11 +2,12 @@
 //! certificate from NV, use the EK, create a restricted signing AK, answer the credential
 //! challenge with TPM2_ActivateCredential, and produce nonce-bound TPM2_Quote evidence.
 //!
-//! Not here yet: TPM2_Certify of the CSR key. A public-only object loaded with
+//! TPM2_Certify of the CSR key ([`TpmAgent::certify_p256`]): a public-only object loaded with
 //! TPM2_LoadExternal has neither authValue nor authPolicy available (swtpm answers
-//! TPM_RC_AUTH_UNAVAILABLE, with or without a policy), so certifying the CSR key needs it loaded
-//! with its private part (the agent holds it) or created inside the TPM. The verifier already
-//! accepts certify evidence.
+//! TPM_RC_AUTH_UNAVAILABLE, with or without a policy), so the agent loads the CSR key *with its
+//! private part* (it holds the key) into the null hierarchy, certifies it with the AK, and
+//! flushes it. The TPM then attests the key's Name, which the verifier checks against the CSR's
+//! SubjectPublicKeyInfo.
 //!
 //! Everything the TPM returns is re-marshalled with the TSS's own marshalling, so the verifier
 //! sees exactly the bytes the TPM signed.
@@ -363,6 +364,98 @@ impl TpmAgent {
             bound_key_sha256: sha256(csr_spki_der),
             certified_public: None,
             pcrs: values,
+        })
+    }
+
+    /// TPM2_Certify of the CSR's P-256 key by the AK with the nonce-bound extraData.
+    ///
+    /// The key is loaded with TPM2_LoadExternal, public and sensitive parts (empty authValue,
+    /// `sign | userWithAuth`, ECDSA-SHA256, null hierarchy), certified under password sessions
+    /// for both the key and the AK, then flushed.
+    pub fn certify_p256(
+        &mut self,
+        ak: &Ak,
+        ticket: &[u8],
+        csr_key: &p256::SecretKey,
+    ) -> Result<TpmEvidence, AgentError> {
+        use crate::alg::id;
+        use crate::public::{ObjectAttributes, PublicKey, Scheme};
+        use tss_esapi::interface_types::resource_handles::Hierarchy;
+        use tss_esapi::structures::{EccParameter, Sensitive};
+        use tss_esapi::traits::UnMarshall;
+
+        let claims = TicketClaims::decode_unverified(ticket)
+            .map_err(|e| AgentError::Other(format!("ticket: {e}")))?;
+        let csr_spki_der = spki::EncodePublicKey::to_public_key_der(&csr_key.public_key())
+            .map_err(|e| AgentError::Other(format!("CSR key: {e}")))?;
+        let point =
+            p256::elliptic_curve::sec1::ToSec1Point::to_sec1_point(&csr_key.public_key(), false);
+        let (Some(x), Some(y)) = (point.x(), point.y()) else {
+            return Err(AgentError::Other("CSR key: not an affine point".into()));
+        };
+        let public = Public::new(
+            id::SHA256,
+            ObjectAttributes(ObjectAttributes::SIGN | ObjectAttributes::USER_WITH_AUTH),
+            Vec::new(),
+            PublicKey::Ecc {
+                symmetric: None,
+                scheme: Scheme {
+                    scheme: id::ECDSA,
+                    hash: Some(id::SHA256),
+                    count: None,
+                },
+                curve: id::ECC_NIST_P256,
+                kdf: Scheme::NULL,
+                x: x.to_vec(),
+                y: y.to_vec(),
+            },
+        );
+        let tss_public = tss_esapi::structures::Public::unmarshall(public.as_bytes())
+            .map_err(tss("unmarshalling the CSR key's public area"))?;
+        let scalar = zeroize::Zeroizing::new(csr_key.to_bytes().to_vec());
+        let sensitive = Sensitive::Ecc {
+            auth_value: Default::default(),
+            seed_value: Default::default(),
+            sensitive: EccParameter::try_from(scalar.to_vec())
+                .map_err(tss("the CSR key's private scalar"))?,
+        };
+        let key = self
+            .ctx
+            .execute_without_session(|ctx| {
+                ctx.load_external(sensitive, tss_public, Hierarchy::Null)
+            })
+            .map_err(tss(
+                "LoadExternal of the CSR key (public and private parts)",
+            ))?;
+        let extra = Data::try_from(binding(&claims.nonce, csr_spki_der.as_bytes()).to_vec())
+            .map_err(tss("extraData"));
+        let result = extra.and_then(|extra| {
+            self.ctx.set_sessions((
+                Some(AuthSession::Password),
+                Some(AuthSession::Password),
+                None,
+            ));
+            let out = self.ctx.certify(
+                ObjectHandle::from(key),
+                ak.handle,
+                extra,
+                SignatureScheme::Null,
+            );
+            self.ctx.clear_sessions();
+            out.map_err(tss("Certify of the CSR key by the AK"))
+        });
+        let _ = self.ctx.flush_context(ObjectHandle::from(key));
+        let (attest, signature) = result?;
+        Ok(TpmEvidence {
+            ticket: ticket.to_vec(),
+            ak_public: ak.public.clone(),
+            attest: attest.marshall().map_err(tss("marshalling TPMS_ATTEST"))?,
+            signature: signature
+                .marshall()
+                .map_err(tss("marshalling TPMT_SIGNATURE"))?,
+            bound_key_sha256: sha256(csr_spki_der.as_bytes()),
+            certified_public: Some(public.as_bytes().to_vec()),
+            pcrs: Vec::new(),
         })
     }
 

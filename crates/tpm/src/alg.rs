@@ -54,7 +54,7 @@ pub mod id {
 }
 
 /// A hash algorithm the verifier accepts. SHA-1 is deliberately absent: structures that name it
-/// fail to parse into this type and are rejected with [`crate::PolicyError::Sha1`] where the
+/// fail to parse into this type and are rejected with [`crate::AkPolicyError::Sha1`] where the
 /// algorithm matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HashAlg {

@@ -53,7 +53,11 @@
 //!   (`sha256:<hex of the EK SubjectPublicKeyInfo DER>`).
 //! - [`make_credential`], [`kdf`]: MakeCredential, KDFa, KDFe.
 //! - [`TpmVerifier`]: the flow above; [`ReplayCache`], [`TofuStore`] with in-memory impls.
-//! - `agent` (feature `esapi`): the node side on tss-esapi 7.7.
+//! - `agent` (feature `esapi`): the node side on tss-esapi 7.7: EK, AK, ActivateCredential,
+//!   TPM2_Quote, and TPM2_Certify of the CSR key loaded with its private part.
+//! - [`provider`]: the `tpm` provider of `nodeauth-attest` ([`provider::TpmAttestVerifier`];
+//!   `TpmAttestor` with feature `esapi`): EK → machine bindings go through attest's TOFU store,
+//!   the ticket nonce through attest's replay cache; see the module for the choices made.
 //!
 //! # Example
 //!
@@ -98,6 +102,7 @@ mod ek;
 mod error;
 mod evidence;
 pub mod kdf;
+pub mod provider;
 mod public;
 mod store;
 mod ticket;
@@ -119,8 +124,9 @@ pub use public::{ObjectAttributes, Public, PublicKey, Scheme, SymDef, public_fro
 pub use store::{InMemoryReplayCache, InMemoryTofuStore, ReplayCache, TofuError, TofuStore};
 pub use ticket::{TicketClaims, TicketError, TicketKey};
 pub use verifier::{
-    Challenge, EkTrustBasis, ExpectedAttestation, PcrPolicy, PendingActivation, Ticket,
-    TpmRejection, TpmVerifier, VerifiedTpmIdentity, VerifierConfig, binding, verify_signature,
+    Challenge, CheckedEvidence, EkTrustBasis, ExpectedAttestation, PcrPolicy, PendingActivation,
+    Ticket, TpmRejection, TpmVerifier, VerifiedTpmIdentity, VerifierConfig, binding,
+    verify_signature,
 };
 
 #[cfg(test)]

@@ -306,3 +306,93 @@ proptest! {
         prop_assert_eq!(TpmEvidence::from_bytes(&e.to_bytes()), Ok(e));
     }
 }
+
+mod provider_adapter {
+    use std::sync::Arc;
+    use std::time::SystemTime;
+
+    use nodeauth_attest::{Envelope, Purpose, Registry, Rejection};
+    use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
+
+    use crate::provider::TpmAttestVerifier;
+    use crate::*;
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        r.register(Arc::new(TpmAttestVerifier::new(TpmVerifier::new(
+            VerifierConfig::new(EkCaBundle::new(), TicketKey::new([9; 32])),
+            Arc::new(InMemoryReplayCache::new()),
+            Arc::new(InMemoryTofuStore::new()),
+        ))))
+        .unwrap();
+        r
+    }
+
+    fn csr_with(version: u16, payload: Vec<u8>) -> nodeauth_csr::Csr {
+        let key = CsrSigningKey::generate_p256().unwrap();
+        let env = Envelope::new("tpm", version, payload).unwrap();
+        let pem = env
+            .apply(CsrBuilder::kubelet_client("worker-1").provider_id("tpm://worker-1"))
+            .build(&key)
+            .unwrap();
+        parse(pem.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn malformed_payload_is_refused_with_the_tpm_reason() {
+        let err = registry()
+            .verify(
+                &csr_with(1, b"garbage".to_vec()),
+                Purpose::ClientBootstrap,
+                SystemTime::now(),
+            )
+            .unwrap_err();
+        assert_eq!(err.code(), "attestation.payload.malformed");
+        assert!(err.to_string().contains("TPM evidence"), "{err}");
+    }
+
+    #[test]
+    fn unknown_payload_version_is_refused() {
+        let err = registry()
+            .verify(
+                &csr_with(2, Vec::new()),
+                Purpose::ClientBootstrap,
+                SystemTime::now(),
+            )
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Rejection::UnsupportedVersion { presented: 2, .. }
+        ));
+    }
+
+    #[test]
+    fn forged_ticket_is_refused_as_evidence_with_the_tpm_reason() {
+        let claims = TicketClaims {
+            ek: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+                .parse()
+                .unwrap(),
+            ak_name: vec![0, 0x0b],
+            nonce: [1; 32],
+            node_name: "worker-1".into(),
+            issued_at: 0,
+            expires_at: u64::MAX / 4,
+        };
+        let evidence = TpmEvidence {
+            ticket: claims.sign(&TicketKey::new([1; 32])),
+            ..TpmEvidence::default()
+        };
+        let err = registry()
+            .verify(
+                &csr_with(1, evidence.to_bytes()),
+                Purpose::ClientRenewal,
+                SystemTime::now(),
+            )
+            .unwrap_err();
+        assert_eq!(err.code(), "attestation.evidence.refused");
+        assert!(
+            err.to_string().contains("ticket MAC does not verify"),
+            "{err}"
+        );
+    }
+}

@@ -342,6 +342,27 @@ pub struct VerifiedTpmIdentity {
     pub pcrs: Vec<PcrValue>,
 }
 
+/// Evidence that passed every stateless check of [`TpmVerifier::check_evidence`]; it counts
+/// only once its nonce is consumed, its EK bound to the machine and its clock observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedEvidence {
+    /// The identity the evidence proves.
+    pub identity: VerifiedTpmIdentity,
+    /// The ticket's single-use nonce.
+    pub nonce: [u8; 32],
+    /// When the ticket expires (the replay cache may forget the nonce afterwards).
+    pub nonce_expires_at: SystemTime,
+}
+
+impl CheckedEvidence {
+    /// The replay-cache key for the nonce: `b"nonce:" || nonce`.
+    pub fn nonce_key(&self) -> Vec<u8> {
+        let mut key = b"nonce:".to_vec();
+        key.extend_from_slice(&self.nonce);
+        key
+    }
+}
+
 /// The TPM attestation verifier. Pure: no I/O, no clock (every call takes `now`), no
 /// randomness of its own (challenge issue takes an RNG).
 pub struct TpmVerifier {
@@ -547,6 +568,33 @@ impl TpmVerifier {
         evidence: &TpmEvidence,
         expected: &ExpectedAttestation<'_>,
     ) -> Result<VerifiedTpmIdentity, TpmRejection> {
+        let checked = self.check_evidence(evidence, expected)?;
+        if !self
+            .replay
+            .consume(&checked.nonce_key(), checked.nonce_expires_at, expected.now)
+        {
+            return Err(TpmRejection::NonceReused);
+        }
+        let id = checked.identity;
+        self.tofu.bind_ek(&id.ek, expected.machine)?;
+        self.tofu.observe_clock(&id.ek, &id.clock)?;
+        Ok(id)
+    }
+
+    /// Records the TPM clock of a checked attestation in the TOFU store: fails if the TPM's
+    /// reset/restart counters or clock went backwards (a replayed quote or cloned TPM state).
+    pub fn observe_clock(&self, ek: &EkFingerprint, clock: &ClockInfo) -> Result<(), TpmRejection> {
+        Ok(self.tofu.observe_clock(ek, clock)?)
+    }
+
+    /// The stateless part of [`verify`](Self::verify): every check except consuming the nonce,
+    /// binding the EK and observing the clock, which the caller must then do (the
+    /// `nodeauth-attest` adapter does them through [`nodeauth_attest::Verified`]).
+    pub fn check_evidence(
+        &self,
+        evidence: &TpmEvidence,
+        expected: &ExpectedAttestation<'_>,
+    ) -> Result<CheckedEvidence, TpmRejection> {
         let now = expected.now;
         let claims = TicketClaims::open(&evidence.ticket, &self.config.ticket_key)?;
         if unix(now) > claims.expires_at {
@@ -597,19 +645,24 @@ impl TpmVerifier {
                 if self.config.pcr_policy.is_some() {
                     return Err(TpmRejection::QuoteRequired);
                 }
-                if let Some(certified) = &evidence.certified_public {
-                    let certified =
-                        Public::parse(certified).map_err(malformed("certified TPMT_PUBLIC"))?;
-                    if certified.name().as_deref() != Some(name.as_slice()) {
-                        return Err(TpmRejection::CertifiedKeyMismatch(
-                            "its Name is not the certified Name",
-                        ));
-                    }
-                    if certified.spki_der().ok().as_deref() != Some(expected.csr_spki_der) {
-                        return Err(TpmRejection::CertifiedKeyMismatch(
-                            "its key is not the CSR's key",
-                        ));
-                    }
+                // The certified object must be the CSR's key: its public area is required, its
+                // Name must be the Name the TPM certified, and its key the CSR's.
+                let certified = evidence.certified_public.as_deref().ok_or(
+                    TpmRejection::CertifiedKeyMismatch(
+                        "certify evidence carries no certified public area",
+                    ),
+                )?;
+                let certified =
+                    Public::parse(certified).map_err(malformed("certified TPMT_PUBLIC"))?;
+                if certified.name().as_deref() != Some(name.as_slice()) {
+                    return Err(TpmRejection::CertifiedKeyMismatch(
+                        "its Name is not the certified Name",
+                    ));
+                }
+                if certified.spki_der().ok().as_deref() != Some(expected.csr_spki_der) {
+                    return Err(TpmRejection::CertifiedKeyMismatch(
+                        "its key is not the CSR's key",
+                    ));
                 }
             }
             Attested::Quote {
@@ -646,25 +699,19 @@ impl TpmVerifier {
             }
         }
 
-        let mut nonce_key = b"nonce:".to_vec();
-        nonce_key.extend_from_slice(&claims.nonce);
-        if !self
-            .replay
-            .consume(&nonce_key, from_unix(claims.expires_at), now)
-        {
-            return Err(TpmRejection::NonceReused);
-        }
-        self.tofu.bind_ek(&claims.ek, expected.machine)?;
-        self.tofu.observe_clock(&claims.ek, &attest.clock_info)?;
-        Ok(VerifiedTpmIdentity {
-            node_name: claims.node_name,
-            machine: expected.machine.to_owned(),
-            ek: claims.ek,
-            ak_name: claims.ak_name,
-            attest_type: attest.attest_type,
-            clock: attest.clock_info,
-            firmware_version: attest.firmware_version,
-            pcrs,
+        Ok(CheckedEvidence {
+            nonce: claims.nonce,
+            nonce_expires_at: from_unix(claims.expires_at),
+            identity: VerifiedTpmIdentity {
+                node_name: claims.node_name,
+                machine: expected.machine.to_owned(),
+                ek: claims.ek,
+                ak_name: claims.ak_name,
+                attest_type: attest.attest_type,
+                clock: attest.clock_info,
+                firmware_version: attest.firmware_version,
+                pcrs,
+            },
         })
     }
 }

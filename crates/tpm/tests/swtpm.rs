@@ -50,12 +50,13 @@ fn csr_spki(seed: u8) -> Vec<u8> {
         .to_vec()
 }
 
+// Fields drop in order: the TPM connection before the swtpm process.
 struct Node {
-    _tpm: Swtpm,
     agent: TpmAgent,
     ek: Ek,
     ek_cert: Vec<u8>,
     ak: Ak,
+    _tpm: Swtpm,
 }
 
 fn node(ek_kind: EkKind, ak_kind: AkKind) -> Node {
@@ -304,4 +305,252 @@ fn pem_to_der(pem: &str) -> Vec<u8> {
     x509_cert::Certificate::load_pem_chain(pem.as_bytes()).unwrap()[0]
         .to_der()
         .unwrap()
+}
+
+fn p256_key(seed: u8) -> p256::SecretKey {
+    p256::SecretKey::from_slice(&[seed; 32]).expect("scalar")
+}
+
+#[test]
+fn certify_external_csr_key_happy_path_and_rejections() {
+    let v = verifier();
+    let mut n = node(EkKind::Rsa2048, AkKind::EccP256);
+    let now = SystemTime::now();
+    let key = p256_key(5);
+    let spki = csr_spki(5);
+
+    // Happy path: the CSR key, loaded with its private part, certified by the AK.
+    let t = activate(&v, &mut n, "worker-1", now);
+    let ev = n
+        .agent
+        .certify_p256(&n.ak, &t.bytes, &key)
+        .expect("LoadExternal + Certify");
+    assert!(ev.certified_public.is_some());
+    let ev = TpmEvidence::from_bytes(&ev.to_bytes()).expect("round trip");
+    let id = v
+        .verify(&ev, &expected("worker-1", "machine-1", &spki, now))
+        .expect("certify evidence verifies");
+    assert_eq!(id.attest_type, ST_ATTEST_CERTIFY);
+    assert!(id.pcrs.is_empty());
+
+    // Certify evidence for another key, presented with this CSR's key.
+    let t = activate(&v, &mut n, "worker-1", now);
+    let other = n.agent.certify_p256(&n.ak, &t.bytes, &p256_key(6)).unwrap();
+    assert_eq!(
+        v.verify(&other, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::EvidenceForOtherCsrKey)
+    );
+
+    // The certified public area swapped for another key's: its Name is not the certified Name.
+    let t = activate(&v, &mut n, "worker-1", now);
+    let mut swapped = n.agent.certify_p256(&n.ak, &t.bytes, &key).unwrap();
+    let other_public = n
+        .agent
+        .certify_p256(&n.ak, &t.bytes, &p256_key(6))
+        .unwrap()
+        .certified_public;
+    swapped.certified_public = other_public;
+    assert_eq!(
+        v.verify(&swapped, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::CertifiedKeyMismatch(
+            "its Name is not the certified Name"
+        ))
+    );
+
+    // Certify evidence without the certified public area.
+    let mut bare = n.agent.certify_p256(&n.ak, &t.bytes, &key).unwrap();
+    bare.certified_public = None;
+    assert_eq!(
+        v.verify(&bare, &expected("worker-1", "machine-1", &spki, now)),
+        Err(TpmRejection::CertifiedKeyMismatch(
+            "certify evidence carries no certified public area"
+        ))
+    );
+}
+
+mod attest_provider {
+    use super::*;
+    use nodeauth_attest::{
+        Assurance, Envelope, InMemoryReplayCache as AttestReplay, InMemoryTofuStore as AttestTofu,
+        Purpose, Registry, Rejection, TofuError as AttestTofuError, attested_csr,
+    };
+    use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
+    use nodeauth_tpm::provider::{CsrKeyEvidence, TpmAttestVerifier, TpmAttestor};
+
+    fn registry() -> Registry {
+        let mut r = Registry::new();
+        r.register(Arc::new(TpmAttestVerifier::new(verifier())))
+            .unwrap();
+        r
+    }
+
+    fn csr_key(seed: u8) -> (CsrSigningKey, p256::SecretKey) {
+        let sk = p256_key(seed);
+        (CsrSigningKey::P256(p256::ecdsa::SigningKey::from(&sk)), sk)
+    }
+
+    fn confirm(
+        v: nodeauth_attest::Verified,
+        replay: &AttestReplay,
+        tofu: &AttestTofu,
+        now: SystemTime,
+    ) -> Result<nodeauth_attest::VerifiedIdentity, Rejection> {
+        futures::executor::block_on(v.confirm(replay, tofu, now))
+    }
+
+    #[test]
+    fn attested_csr_round_trip_through_registry() {
+        let registry = registry();
+        let mut n = node(EkKind::Rsa2048, AkKind::EccP256);
+        let now = SystemTime::now();
+        let (replay, tofu) = (AttestReplay::new(), AttestTofu::new());
+        // The approver's attestation endpoint uses the same TpmVerifier (same ticket key).
+        let endpoint = verifier();
+
+        for (seed, certify) in [(11u8, true), (12, false)] {
+            let (key, sk) = csr_key(seed);
+            let ticket = activate(&endpoint, &mut n, "worker-1", now);
+            let mode = if certify {
+                CsrKeyEvidence::Certify(sk)
+            } else {
+                CsrKeyEvidence::Quote(vec![0])
+            };
+            let attestor = TpmAttestor::new(&mut n.agent, &n.ak, "tpm://worker-1", mode);
+            let pem = attested_csr(
+                CsrBuilder::kubelet_client("worker-1"),
+                &key,
+                "worker-1",
+                &attestor,
+                Some(&ticket.bytes),
+                None,
+            )
+            .expect("attested CSR");
+            let csr = parse(pem.as_bytes()).expect("nodeauth_csr::parse");
+            let verified = registry
+                .verify(&csr, Purpose::ClientBootstrap, now)
+                .expect("verified");
+            let id = confirm(verified, &replay, &tofu, now).expect("confirmed");
+            // Serving certificates get the same checks (stateless part shown here).
+            let serving = registry
+                .verify(&csr, Purpose::Serving, now)
+                .expect("serving accepted");
+            assert_eq!(serving.identity().machine_name, "worker-1");
+            let b = &serving.bindings()[0];
+            assert_eq!(
+                (b.provider.as_str(), b.machine.as_str()),
+                ("tpm", "worker-1")
+            );
+            assert!(b.identity.starts_with("sha256:"), "{}", b.identity);
+            assert_eq!(id.machine_name, "worker-1");
+            assert_eq!(id.provider, "tpm");
+            assert_eq!(id.assurance, Assurance::Verified);
+            assert!(
+                id.evidence
+                    .contains(if certify { "Certify" } else { "Quote" })
+            );
+
+            // The same CSR again: the nonce is single-use.
+            let again = registry
+                .verify(&csr, Purpose::ClientRenewal, now)
+                .expect("stateless checks pass");
+            assert_eq!(
+                confirm(again, &replay, &tofu, now).unwrap_err().code(),
+                "attestation.ticket.replayed"
+            );
+        }
+
+        // An envelope taken from one CSR and put on a CSR for another key.
+        let (key_a, sk_a) = csr_key(13);
+        let ticket = activate(&endpoint, &mut n, "worker-1", now);
+        let attestor = TpmAttestor::new(
+            &mut n.agent,
+            &n.ak,
+            "tpm://worker-1",
+            CsrKeyEvidence::Certify(sk_a),
+        );
+        let pem_a = attested_csr(
+            CsrBuilder::kubelet_client("worker-1"),
+            &key_a,
+            "worker-1",
+            &attestor,
+            Some(&ticket.bytes),
+            None,
+        )
+        .unwrap();
+        let envelope = Envelope::from_csr(&parse(pem_a.as_bytes()).unwrap())
+            .unwrap()
+            .unwrap();
+        let (key_b, _) = csr_key(14);
+        let pem_b = envelope
+            .apply(CsrBuilder::kubelet_client("worker-1").provider_id("tpm://worker-1"))
+            .build(&key_b)
+            .unwrap();
+        let err = registry
+            .verify(
+                &parse(pem_b.as_bytes()).unwrap(),
+                Purpose::ClientBootstrap,
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(err, Rejection::KeyBindingMismatch);
+
+        // The same TPM claiming another machine: the EK is bound to worker-1.
+        let (key_c, sk_c) = csr_key(15);
+        let ticket = activate(&endpoint, &mut n, "worker-2", now);
+        let attestor = TpmAttestor::new(
+            &mut n.agent,
+            &n.ak,
+            "tpm://worker-2",
+            CsrKeyEvidence::Certify(sk_c),
+        );
+        let pem_c = attested_csr(
+            CsrBuilder::kubelet_client("worker-2"),
+            &key_c,
+            "worker-2",
+            &attestor,
+            Some(&ticket.bytes),
+            None,
+        )
+        .unwrap();
+        let verified = registry
+            .verify(
+                &parse(pem_c.as_bytes()).unwrap(),
+                Purpose::ClientBootstrap,
+                now,
+            )
+            .expect("stateless checks pass");
+        assert!(matches!(
+            confirm(verified, &replay, &tofu, now),
+            Err(Rejection::Tofu(
+                AttestTofuError::IdentityBoundToOtherMachine { .. }
+            ))
+        ));
+
+        // A ticket for another node.
+        let (key_d, sk_d) = csr_key(16);
+        let ticket = activate(&endpoint, &mut n, "worker-3", now);
+        let attestor = TpmAttestor::new(
+            &mut n.agent,
+            &n.ak,
+            "tpm://worker-1",
+            CsrKeyEvidence::Certify(sk_d),
+        );
+        let pem_d = attested_csr(
+            CsrBuilder::kubelet_client("worker-1"),
+            &key_d,
+            "worker-1",
+            &attestor,
+            Some(&ticket.bytes),
+            None,
+        )
+        .unwrap();
+        let err = registry
+            .verify(
+                &parse(pem_d.as_bytes()).unwrap(),
+                Purpose::ClientBootstrap,
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(err.code(), "attestation.ticket.wrong_node");
+    }
 }
