@@ -50,38 +50,3 @@ pub fn is_not_found(e: &kube::Error) -> bool {
 pub fn is_already_exists(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.is_already_exists())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::Secret as K8sSecret;
-    use nodeauth_token::BootstrapToken;
-    use nodeauth_token::secret::{Expiration, TokenRecord, Usage};
-
-    #[test]
-    fn secret_round_trips_through_k8s_openapi() {
-        let record = TokenRecord {
-            token: BootstrapToken::parse("abcdef.0123456789abcdef").unwrap(),
-            description: "d".into(),
-            expiration: Expiration::Never,
-            usages: [Usage::Signing].into(),
-            extra_groups: vec![],
-        };
-        let plain = record.to_secret();
-        let k8s = secret_to_k8s(&plain);
-        assert_eq!(k8s.metadata.name.as_deref(), Some("bootstrap-token-abcdef"));
-        assert_eq!(k8s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
-        // What the API server would return, serialized and parsed back.
-        let json = serde_json::to_string(&k8s).unwrap();
-        assert!(
-            json.contains(r#""token-secret":"MDEyMzQ1Njc4OWFiY2RlZg==""#),
-            "{json}"
-        );
-        let back: K8sSecret = serde_json::from_str(&json).unwrap();
-        assert_eq!(secret_from_k8s(&back), plain);
-        assert_eq!(
-            TokenRecord::from_secret(&secret_from_k8s(&back)).unwrap(),
-            record
-        );
-    }
-}

@@ -65,6 +65,18 @@ mod tests {
         let plain = record.to_secret();
         let k8s = secret_to_k8s(&plain);
         assert_eq!(k8s.metadata.name.as_deref(), Some("bootstrap-token-abcdef"));
+        assert_eq!(k8s.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
         assert_eq!(secret_from_k8s(&k8s), plain);
+        // What the API server stores and returns: base64 data, parsed back to the same record.
+        let json = serde_json::to_string(&k8s).unwrap();
+        assert!(
+            json.contains(r#""token-secret":"MDEyMzQ1Njc4OWFiY2RlZg==""#),
+            "{json}"
+        );
+        let back: k8s_openapi::api::core::v1::Secret = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            TokenRecord::from_secret(&secret_from_k8s(&back)).unwrap(),
+            record
+        );
     }
 }

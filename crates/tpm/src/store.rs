@@ -4,18 +4,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::SystemTime;
 
 use crate::attest::ClockInfo;
 use crate::ek::EkFingerprint;
 
-/// Records single-use identifiers until they expire.
-pub trait ReplayCache: Send + Sync {
-    /// Marks `id` used until `expires_at`. Returns `true` the first time, `false` if `id` was
-    /// already consumed (and has not expired yet: after expiry, the caller's own expiry check
-    /// rejects it).
-    fn consume(&self, id: &[u8], expires_at: SystemTime, now: SystemTime) -> bool;
-}
+// Single-use ids are the same problem for every provider: the trait and its in-memory
+// implementation come from nodeauth-attest.
+pub use nodeauth_attest::{InMemoryReplayCache, ReplayCache};
 
 /// Trust on first use failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,31 +57,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere while holding the lock leaves consistent data: every update is a single
     // insert.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A [`ReplayCache`] in process memory.
-#[derive(Debug, Default)]
-pub struct InMemoryReplayCache {
-    used: Mutex<HashMap<Vec<u8>, SystemTime>>,
-}
-
-impl InMemoryReplayCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl ReplayCache for InMemoryReplayCache {
-    fn consume(&self, id: &[u8], expires_at: SystemTime, now: SystemTime) -> bool {
-        let mut used = lock(&self.used);
-        used.retain(|_, exp| *exp >= now);
-        if used.contains_key(id) {
-            return false;
-        }
-        used.insert(id.to_vec(), expires_at);
-        true
-    }
 }
 
 /// A [`TofuStore`] in process memory.
