@@ -102,14 +102,10 @@ async fn tokens_that_may_not_sign_get_no_signature() {
 #[tokio::test]
 async fn runs_as_its_service_account_not_as_admin() {
     let _s = signer().await;
-    let kubeconfig = cp()
-        .deploy_rbac("bootstrap-signer", "nodeauth-bootstrap-signer")
+    let client = cp()
+        .deployed_client("bootstrap-signer", "nodeauth-bootstrap-signer")
         .await
         .unwrap();
-    let client =
-        nodeauth_testenv::client_from_kubeconfig(&std::fs::read_to_string(kubeconfig).unwrap())
-            .await
-            .unwrap();
     let me = nodeauth_testenv::whoami(&client).await.unwrap();
     assert_eq!(
         me.username.as_deref(),

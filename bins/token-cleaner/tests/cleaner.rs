@@ -159,14 +159,10 @@ async fn live_tokens_stay() {
 #[tokio::test]
 async fn runs_as_its_service_account_with_least_privilege() {
     cleaner().await;
-    let kubeconfig = cp()
-        .deploy_rbac("token-cleaner", "nodeauth-token-cleaner")
+    let client = cp()
+        .deployed_client("token-cleaner", "nodeauth-token-cleaner")
         .await
         .unwrap();
-    let client =
-        nodeauth_testenv::client_from_kubeconfig(&std::fs::read_to_string(kubeconfig).unwrap())
-            .await
-            .unwrap();
     let me = nodeauth_testenv::whoami(&client).await.unwrap();
     assert_eq!(
         me.username.as_deref(),

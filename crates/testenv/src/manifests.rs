@@ -138,6 +138,19 @@ impl ControlPlane {
         )
     }
 
+    /// [`ControlPlane::deploy_rbac`], and a client acting as that ServiceAccount — to check
+    /// what a controller may and may not do under its shipped RBAC.
+    pub async fn deployed_client(
+        &self,
+        component: &str,
+        service_account: &str,
+    ) -> Result<kube::Client, Error> {
+        let path = self.deploy_rbac(component, service_account).await?;
+        let yaml = std::fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        crate::client_from_kubeconfig(&yaml).await
+    }
+
     /// Runs a program (one of nodeauth's binaries, say) tied to this process, logging to
     /// `<log dir>/<name>.log`.
     pub fn start_program(
