@@ -327,6 +327,21 @@ fn row<'a>(output: &'a str, token: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for the token in:\n{output}"))
 }
 
+/// `token list [-o FORMAT]` through our binary and through kubeadm v1.37.1, against the same
+/// cluster, each required to succeed: (ours, kubeadm's) standard output.
+fn token_list_ours_and_kubeadms(format: Option<&str>) -> (String, String) {
+    let kubeconfig = admin_kubeconfig();
+    let mut args = vec!["token", "list", "--kubeconfig", &kubeconfig];
+    if let Some(f) = format {
+        args.extend(["-o", f]);
+    }
+    let ours = run(&args);
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    let theirs = kubeadm(&args);
+    assert!(theirs.status.success(), "kubeadm: {}", stderr(&theirs));
+    (stdout(&ours), stdout(&theirs))
+}
+
 fn kubeadm(args: &[&str]) -> Output {
     let bin = nodeauth_testenv::k8s::binary("kubeadm").expect("kubeadm");
     Command::new(bin)
@@ -371,9 +386,7 @@ async fn list_shows_tokens_like_kubeadm() {
     assert!(matches!(d.expiration, Expiration::At(_)));
 
     // Binary table: the header and one row per token with every column.
-    let out = run(&["token", "list", "--kubeconfig", &admin_kubeconfig()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let table = stdout(&out);
+    let (table, theirs) = token_list_ours_and_kubeadms(None);
     let header = table.lines().next().unwrap();
     let cols: Vec<&str> = header
         .split("   ")
@@ -411,9 +424,6 @@ async fn list_shows_tokens_like_kubeadm() {
     );
 
     // Each row is byte for byte what kubeadm prints for the same Secret.
-    let theirs = kubeadm(&["token", "list", "--kubeconfig", &admin_kubeconfig()]);
-    assert!(theirs.status.success(), "{}", stderr(&theirs));
-    let theirs = stdout(&theirs);
     for t in [&described, &plain] {
         let ours = row(&table, t.expose().as_str());
         let kubeadms = row(&theirs, t.expose().as_str());
@@ -424,26 +434,8 @@ async fn list_shows_tokens_like_kubeadm() {
     }
 
     // JSON: the same objects as kubeadm's -o json.
-    let out = run(&[
-        "token",
-        "list",
-        "-o",
-        "json",
-        "--kubeconfig",
-        &admin_kubeconfig(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let ours = json_objects(&stdout(&out));
-    let theirs = kubeadm(&[
-        "token",
-        "list",
-        "-o",
-        "json",
-        "--kubeconfig",
-        &admin_kubeconfig(),
-    ]);
-    assert!(theirs.status.success(), "{}", stderr(&theirs));
-    let theirs = json_objects(&stdout(&theirs));
+    let (ours, theirs) = token_list_ours_and_kubeadms(Some("json"));
+    let (ours, theirs) = (json_objects(&ours), json_objects(&theirs));
     for t in [&described, &plain] {
         let (ours, ours_text) = &ours[t.expose().as_str()];
         let (theirs, theirs_text) = &theirs[t.expose().as_str()];
@@ -457,26 +449,8 @@ async fn list_shows_tokens_like_kubeadm() {
     assert!(dj["expires"].as_str().unwrap().ends_with('Z'));
 
     // YAML: the same documents as kubeadm's -o yaml.
-    let out = run(&[
-        "token",
-        "list",
-        "-o",
-        "yaml",
-        "--kubeconfig",
-        &admin_kubeconfig(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let ours = yaml_documents(&stdout(&out));
-    let theirs = kubeadm(&[
-        "token",
-        "list",
-        "-o",
-        "yaml",
-        "--kubeconfig",
-        &admin_kubeconfig(),
-    ]);
-    assert!(theirs.status.success(), "{}", stderr(&theirs));
-    let theirs = yaml_documents(&stdout(&theirs));
+    let (ours, theirs) = token_list_ours_and_kubeadms(Some("yaml"));
+    let (ours, theirs) = (yaml_documents(&ours), yaml_documents(&theirs));
     for t in [&described, &plain] {
         let token = t.expose();
         assert_eq!(
