@@ -15,6 +15,17 @@ pub enum CsrCommand {
     /// Exit status: 0 parsed (and valid for --signer when given), 1 parsed but violates the
     /// signer's rules, 2 not a usable CSR or bad arguments.
     Inspect(InspectArgs),
+    /// Evaluate a CSR object offline with the approver's policy engine and print the decision
+    /// with every rule's result.
+    ///
+    /// Exit status: 0 approve, 1 deny, 3 abstain (no policy covers it, or a policy that never
+    /// denies found a failure), 2 unusable input or bad arguments.
+    Explain(crate::csr_decide::ExplainArgs),
+    /// Approve a pending CSR by hand, with a reason and message kept on it. Refuses a CSR that
+    /// is already decided, and a concurrent decision (resourceVersion precondition).
+    Approve(crate::csr_decide::DecideArgs),
+    /// Deny a pending CSR by hand, with a reason and message kept on it.
+    Deny(crate::csr_decide::DecideArgs),
 }
 
 /// Arguments of `csr inspect`.
@@ -51,6 +62,9 @@ const EXIT_UNUSABLE: u8 = 2;
 pub fn run(cmd: CsrCommand) -> ExitCode {
     match cmd {
         CsrCommand::Inspect(args) => inspect(&args),
+        CsrCommand::Explain(args) => crate::csr_decide::explain(&args),
+        CsrCommand::Approve(args) => crate::csr_decide::decide(&args, true),
+        CsrCommand::Deny(args) => crate::csr_decide::decide(&args, false),
     }
 }
 

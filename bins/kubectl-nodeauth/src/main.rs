@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod cluster_info;
 mod csr;
+mod csr_decide;
 mod token;
 
 /// Administer nodeauth: inspect CSRs, manage bootstrap tokens and the signed cluster-info.

@@ -5,12 +5,29 @@ use std::sync::LazyLock;
 
 use nodeauth_csr::{SignatureCheck, SignerRegistry};
 
-use crate::{Context, CsrFacts, OnFailure, Policy, Rule, SarKind};
+use serde::Serialize;
+
+use crate::facts::dns_eq;
+use crate::{
+    Cidr, Context, CsrFacts, DnsPattern, KeyType, MachineFacts, OnFailure, Policy, Rule, SarKind,
+};
 
 /// The outcome of evaluating a CSR against a policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Serialized (JSON for `kubectl nodeauth csr explain -o json`; stable) as
+///
+/// ```json
+/// {"policy": "serving", "verdict": "Deny",
+///  "reasons": [{"code": "sans.within_node_addresses", "passed": false, "message": "..."}]}
+/// ```
+///
+/// `policy` is null when no policy of a [`PolicySet`](crate::PolicySet) covers the CSR;
+/// `verdict` is `Approve`, `Deny` or `Abstain`; `reasons` lists every rule's result in rule
+/// order (a failed CSR profile contributes one result per violation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
-    /// The policy that decided.
+    /// The policy that decided (empty when no policy of a set covers the CSR).
+    #[serde(serialize_with = "empty_as_null")]
     pub policy: String,
     /// Approve, deny or abstain.
     pub verdict: Verdict,
@@ -19,15 +36,83 @@ pub struct Decision {
     pub reasons: Vec<RuleResult>,
 }
 
+fn empty_as_null<S: serde::Serializer>(policy: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    if policy.is_empty() {
+        serializer.serialize_none()
+    } else {
+        serializer.serialize_str(policy)
+    }
+}
+
+/// The longest [`Decision::condition_message`], in bytes.
+pub const MAX_CONDITION_MESSAGE_BYTES: usize = 1024;
+
 impl Decision {
     /// The failed results.
     pub fn failures(&self) -> impl Iterator<Item = &RuleResult> {
         self.reasons.iter().filter(|r| !r.passed)
     }
+
+    /// The `reason` of the CSR condition: `NodeauthPolicyApproved`, `NodeauthPolicyDenied`,
+    /// or `NodeauthPolicyAbstained` (an abstention writes no condition; for logs and events).
+    pub fn condition_reason(&self) -> &'static str {
+        match self.verdict {
+            Verdict::Approve => "NodeauthPolicyApproved",
+            Verdict::Deny => "NodeauthPolicyDenied",
+            Verdict::Abstain => "NodeauthPolicyAbstained",
+        }
+    }
+
+    /// The `message` of the CSR condition, one paragraph of at most
+    /// [`MAX_CONDITION_MESSAGE_BYTES`] bytes: for an approval, the policy and how many rules
+    /// passed; otherwise the policy and every failed rule as `code: message`, separated by
+    /// `; `. Line breaks become spaces; a longer message is cut on a character boundary and
+    /// ends with `…`.
+    pub fn condition_message(&self) -> String {
+        use std::fmt::Write as _;
+        let policy = if self.policy.is_empty() {
+            "no policy"
+        } else {
+            self.policy.as_str()
+        };
+        let mut out = String::with_capacity(256);
+        // Writing to a String cannot fail.
+        let _ = match self.verdict {
+            Verdict::Approve => write!(
+                out,
+                "approved by policy {policy}: all {} rules passed",
+                self.reasons.len()
+            ),
+            Verdict::Deny => write!(out, "denied by policy {policy}: "),
+            Verdict::Abstain => write!(out, "not decided by {policy}: "),
+        };
+        if self.verdict != Verdict::Approve {
+            for (i, failure) in self.failures().enumerate() {
+                if i > 0 {
+                    out.push_str("; ");
+                }
+                let _ = write!(out, "{}: {}", failure.code, failure.message);
+                if out.len() > MAX_CONDITION_MESSAGE_BYTES {
+                    break;
+                }
+            }
+        }
+        let mut out = out.replace(['\n', '\r'], " ");
+        if out.len() > MAX_CONDITION_MESSAGE_BYTES {
+            const ELLIPSIS: &str = "…";
+            let mut cut = MAX_CONDITION_MESSAGE_BYTES - ELLIPSIS.len();
+            while !out.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.truncate(cut);
+            out.push_str(ELLIPSIS);
+        }
+        out
+    }
 }
 
-/// What to do with the CSR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What to do with the CSR. Serialized as `"Approve"`, `"Deny"` or `"Abstain"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum Verdict {
     /// Every rule passed: approve.
     Approve,
@@ -38,8 +123,8 @@ pub enum Verdict {
     Abstain,
 }
 
-/// One rule's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One rule's result. Serialized as `{"code": .., "passed": .., "message": ..}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RuleResult {
     /// A stable code (API: written into conditions and JSON output).
     pub code: &'static str,
@@ -161,8 +246,25 @@ fn run(
         Rule::Attestation {
             required,
             providers,
-        } => attestation(*required, providers, ctx),
+        } => attestation(*required, providers, facts, ctx),
         Rule::SupersededByNewer => superseded(ctx),
+        Rule::MachineMustExist => machine_must_exist(facts, ctx),
+        Rule::MachineNotLinked => machine_not_linked(facts, ctx),
+        Rule::MachineBootstrapReady => machine_bootstrap_ready(facts, ctx),
+        Rule::MachineCreatedWithin {
+            seconds,
+            clock_skew_seconds,
+        } => machine_created_within(*seconds, *clock_skew_seconds, facts, ctx),
+        Rule::SansWithinMachineAddresses => sans_within_machine_addresses(facts, ctx),
+        Rule::ProviderIdMatchesMachine => provider_id_matches_machine(facts, ctx),
+        Rule::SansDnsMatch { pattern } => sans_dns_match(pattern, facts),
+        Rule::SansHostnamePrefix { prefix } => sans_hostname_prefix(prefix.as_deref(), facts),
+        Rule::SansIpInCidrs { cidrs } => sans_ip_in_cidrs(cidrs, facts),
+        Rule::SansMaxCount { max } => sans_max_count(*max, facts),
+        Rule::KeyAlgorithm {
+            allowed,
+            min_rsa_bits,
+        } => key_algorithm(allowed, *min_rsa_bits, facts),
     };
     out.push(result);
 }
@@ -277,10 +379,6 @@ fn node_must_exist(facts: &CsrFacts, ctx: &Context) -> RuleResult {
     }
 }
 
-fn normalize_dns(name: &str) -> String {
-    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
-}
-
 fn sans_within_node_addresses(facts: &CsrFacts, ctx: &Context) -> RuleResult {
     const CODE: &str = "sans.within_node_addresses";
     let node = match named_node(facts, ctx) {
@@ -296,49 +394,65 @@ fn sans_within_node_addresses(facts: &CsrFacts, ctx: &Context) -> RuleResult {
         }
         Ok(Some(node)) => node,
     };
-    let of_types = |types: &'static [&'static str]| {
-        node.addresses
-            .iter()
-            .filter(move |(t, _)| types.contains(&t.as_str()))
-            .map(|(_, a)| a.as_str())
-    };
-    let dns: Vec<String> = of_types(&["Hostname", "InternalDNS", "ExternalDNS"])
-        .map(normalize_dns)
-        .collect();
-    let ips: Vec<IpAddr> = of_types(&["InternalIP", "ExternalIP"])
-        .filter_map(|a| a.parse::<IpAddr>().ok())
-        .map(|ip| ip.to_canonical())
-        .collect();
+    sans_within_addresses(CODE, &NodeRef(&node.name), &node.addresses, facts)
+}
+
+const DNS_ADDRESS_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
+const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
+
+/// `node "<name>"`, formatted only into the message.
+struct NodeRef<'a>(&'a str);
+
+impl std::fmt::Display for NodeRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node {:?}", self.0)
+    }
+}
+
+/// Every DNS SAN among the DNS-typed addresses, every IP SAN among the IP-typed ones.
+fn sans_within_addresses(
+    code: &'static str,
+    owner: &dyn std::fmt::Display,
+    addresses: &[(String, String)],
+    facts: &CsrFacts,
+) -> RuleResult {
     let sans = &facts.request.extensions().subject_alt_names;
+    let dns_covered = |san: &str| {
+        addresses
+            .iter()
+            .any(|(t, a)| DNS_ADDRESS_TYPES.contains(&t.as_str()) && dns_eq(a, san))
+    };
+    let ip_covered = |san: &IpAddr| {
+        let san = san.to_canonical();
+        addresses.iter().any(|(t, a)| {
+            IP_ADDRESS_TYPES.contains(&t.as_str())
+                && a.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical() == san)
+        })
+    };
     let mut outside: Vec<String> = sans
         .dns
         .iter()
-        .filter(|d| !dns.contains(&normalize_dns(d)))
+        .filter(|d| !dns_covered(d))
         .map(|d| format!("DNS:{d}"))
         .collect();
     outside.extend(
         sans.ip
             .iter()
-            .filter(|ip| !ips.contains(&ip.to_canonical()))
+            .filter(|ip| !ip_covered(ip))
             .map(|ip| format!("IP:{ip}")),
     );
     if outside.is_empty() {
         RuleResult::pass(
-            CODE,
+            code,
             format!(
-                "all {} SANs are among node {:?}'s addresses",
+                "all {} SANs are among {owner}'s addresses",
                 sans.dns.len() + sans.ip.len(),
-                node.name
             ),
         )
     } else {
         RuleResult::fail(
-            CODE,
-            format!(
-                "SANs not among node {:?}'s addresses: {}",
-                node.name,
-                outside.join(", ")
-            ),
+            code,
+            format!("SANs not among {owner}'s addresses: {}", outside.join(", ")),
         )
     }
 }
@@ -432,8 +546,49 @@ fn node_client_or_self(facts: &CsrFacts, ctx: &Context) -> RuleResult {
     )
 }
 
-fn attestation(required: bool, providers: &[String], ctx: &Context) -> RuleResult {
+/// The attestation provider that proves nothing (`nodeauth_attest::providers::insecure`).
+const INSECURE_PROVIDER: &str = "insecure";
+
+fn is_kubelet_client_signer(signer: &str) -> bool {
+    signer == nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET
+        || signer.starts_with(nodeauth_csr::CAPI_CLIENT_KUBELET_PREFIX)
+}
+
+fn attestation(
+    required: bool,
+    providers: &[String],
+    facts: &CsrFacts,
+    ctx: &Context,
+) -> RuleResult {
     const CODE: &str = "attestation";
+    // Seed 001: an insecure provider cannot rotate certificates or get serving certificates.
+    // Only a kubelet client bootstrap (someone other than the node asking) may use it.
+    if let Some(Ok(id)) = &ctx.attestation
+        && id.provider == INSECURE_PROVIDER
+    {
+        if !is_kubelet_client_signer(&facts.signer_name) {
+            return RuleResult::fail(
+                CODE,
+                format!(
+                    "the insecure attestation provider is accepted only for a kubelet client bootstrap, never for signer {:?}",
+                    facts.signer_name
+                ),
+            );
+        }
+        // A renewal: the node itself asks (CN == username), or any node does.
+        if facts.common_name() == Some(facts.username.as_str())
+            || facts.username.starts_with(nodeauth_csr::NODE_PREFIX)
+            || facts.groups.iter().any(|g| g == "system:nodes")
+        {
+            return RuleResult::fail(
+                CODE,
+                format!(
+                    "the insecure attestation provider proves nothing and is never accepted for a renewal (the requester {:?} is a node)",
+                    facts.username
+                ),
+            );
+        }
+    }
     match &ctx.attestation {
         Some(Ok(id)) if providers.is_empty() || providers.contains(&id.provider) => {
             RuleResult::pass(
@@ -466,5 +621,384 @@ fn superseded(ctx: &Context) -> RuleResult {
         RuleResult::fail(CODE, "superseded by a newer pending CSR from the same node")
     } else {
         RuleResult::pass(CODE, "no newer pending CSR from the same node")
+    }
+}
+
+/// The one Machine in the context that matches the node the request names.
+fn the_machine<'a>(facts: &CsrFacts, ctx: &'a Context) -> Result<&'a MachineFacts, String> {
+    let Some(name) = facts.node_name() else {
+        return Err(format!(
+            "the request's common name {:?} does not name a node (system:node:<name>)",
+            facts.common_name().unwrap_or("")
+        ));
+    };
+    let mut matching = ctx.machines.iter().filter(|m| m.matches_node(name));
+    match (matching.next(), matching.next()) {
+        (Some(machine), None) => Ok(machine),
+        (None, _) => Err(format!(
+            "no Machine matches node {name:?} (by status.nodeRef or a Hostname/InternalDNS address)"
+        )),
+        (Some(_), Some(_)) => {
+            let all: Vec<String> = ctx
+                .machines
+                .iter()
+                .filter(|m| m.matches_node(name))
+                .map(|m| describe_machine(m).to_string())
+                .collect();
+            Err(format!(
+                "{} Machines match node {name:?} ({}); refusing to choose one",
+                all.len(),
+                all.join(", ")
+            ))
+        }
+    }
+}
+
+/// `<group> Machine <namespace>/<name>`, formatted only into the message that needs it.
+struct Described<'a>(&'a MachineFacts);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} Machine {}/{}",
+            self.0.kind.api_group(),
+            self.0.namespace,
+            self.0.name
+        )
+    }
+}
+
+fn describe_machine(machine: &MachineFacts) -> Described<'_> {
+    Described(machine)
+}
+
+/// Runs `check` on the node's Machine, or fails with why there is none.
+fn with_machine(
+    code: &'static str,
+    facts: &CsrFacts,
+    ctx: &Context,
+    check: impl FnOnce(&MachineFacts) -> RuleResult,
+) -> RuleResult {
+    match the_machine(facts, ctx) {
+        Ok(machine) => check(machine),
+        Err(why) => RuleResult::fail(code, why),
+    }
+}
+
+fn machine_must_exist(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "machine.must_exist";
+    with_machine(CODE, facts, ctx, |m| {
+        RuleResult::pass(
+            CODE,
+            format!(
+                "{} matches node {:?}",
+                describe_machine(m),
+                facts.node_name().unwrap_or("")
+            ),
+        )
+    })
+}
+
+fn machine_not_linked(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "machine.not_linked";
+    with_machine(CODE, facts, ctx, |m| {
+        let node = facts.node_name().unwrap_or("");
+        match m.node_ref.as_deref() {
+            None => RuleResult::pass(
+                CODE,
+                format!("{} is not linked to a node yet", describe_machine(m)),
+            ),
+            Some(linked) if linked == node => RuleResult::pass(
+                CODE,
+                format!("{} is linked to this node {node:?}", describe_machine(m)),
+            ),
+            Some(linked) => RuleResult::fail(
+                CODE,
+                format!(
+                    "{} is already linked to node {linked:?}, not {node:?}",
+                    describe_machine(m)
+                ),
+            ),
+        }
+    })
+}
+
+fn machine_bootstrap_ready(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "machine.bootstrap_ready";
+    with_machine(CODE, facts, ctx, |m| match m.bootstrap_ready {
+        Some(true) => RuleResult::pass(CODE, format!("{} is bootstrapReady", describe_machine(m))),
+        Some(false) => RuleResult::fail(
+            CODE,
+            format!("{} is not bootstrapReady", describe_machine(m)),
+        ),
+        None => RuleResult::fail(
+            CODE,
+            format!("{} reports no bootstrapReady status", describe_machine(m)),
+        ),
+    })
+}
+
+fn machine_created_within(seconds: u32, skew: u32, facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "machine.created_within";
+    with_machine(CODE, facts, ctx, |m| {
+        let delta = facts
+            .created_at
+            .as_second()
+            .saturating_sub(m.created_at.as_second());
+        let window = format!("[-{skew}s, +{seconds}s] of the Machine's creation");
+        if delta < -i64::from(skew) {
+            RuleResult::fail(
+                CODE,
+                format!(
+                    "the CSR was created {}s before {}, outside {window}",
+                    delta.unsigned_abs(),
+                    describe_machine(m)
+                ),
+            )
+        } else if delta > i64::from(seconds) {
+            RuleResult::fail(
+                CODE,
+                format!(
+                    "the CSR was created {delta}s after {}, outside {window}",
+                    describe_machine(m)
+                ),
+            )
+        } else {
+            RuleResult::pass(
+                CODE,
+                format!(
+                    "the CSR was created {delta}s after {}, within {window}",
+                    describe_machine(m)
+                ),
+            )
+        }
+    })
+}
+
+fn sans_within_machine_addresses(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "sans.within_machine_addresses";
+    with_machine(CODE, facts, ctx, |m| {
+        sans_within_addresses(CODE, &describe_machine(m), &m.addresses, facts)
+    })
+}
+
+fn provider_id_matches_machine(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    const CODE: &str = "machine.provider_id";
+    with_machine(CODE, facts, ctx, |m| {
+        let Some(expected) = m.provider_id.as_deref() else {
+            return RuleResult::fail(
+                CODE,
+                format!("{} has no spec.providerID yet", describe_machine(m)),
+            );
+        };
+        let claimed = facts.request.provider_id();
+        let attested = match &ctx.attestation {
+            Some(Ok(id)) => id.provider_id.as_deref(),
+            _ => None,
+        };
+        let mut wrong = Vec::new();
+        if let Some(c) = claimed.filter(|c| *c != expected) {
+            wrong.push(format!("the request's ProviderID extension is {c:?}"));
+        }
+        if let Some(a) = attested.filter(|a| *a != expected) {
+            wrong.push(format!("the attestation proves {a:?}"));
+        }
+        if !wrong.is_empty() {
+            RuleResult::fail(
+                CODE,
+                format!(
+                    "{} has providerID {expected:?}, but {}",
+                    describe_machine(m),
+                    wrong.join(" and ")
+                ),
+            )
+        } else if claimed.is_none() && attested.is_none() {
+            RuleResult::fail(
+                CODE,
+                format!(
+                    "neither the request's ProviderID extension nor an attestation names a provider ID to compare with {}'s {expected:?}",
+                    describe_machine(m)
+                ),
+            )
+        } else {
+            let source = match (claimed, attested) {
+                (Some(_), Some(_)) => "the request and its attestation",
+                (Some(_), None) => "the request",
+                _ => "the attestation",
+            };
+            RuleResult::pass(
+                CODE,
+                format!(
+                    "{source} name {}'s providerID {expected:?}",
+                    describe_machine(m)
+                ),
+            )
+        }
+    })
+}
+
+fn sans_dns_match(pattern: &DnsPattern, facts: &CsrFacts) -> RuleResult {
+    const CODE: &str = "sans.dns_match";
+    let dns = &facts.request.extensions().subject_alt_names.dns;
+    let mut outside = Vec::new();
+    for name in dns {
+        match pattern.is_match(name) {
+            Some(true) => {}
+            Some(false) => outside.push(name.as_str()),
+            None => {
+                return RuleResult::fail(
+                    CODE,
+                    format!(
+                        "the pattern {:?} is invalid: {}",
+                        pattern.as_str(),
+                        pattern.error().unwrap_or("")
+                    ),
+                );
+            }
+        }
+    }
+    if outside.is_empty() {
+        RuleResult::pass(
+            CODE,
+            format!("all {} DNS SANs match {:?}", dns.len(), pattern.as_str()),
+        )
+    } else {
+        RuleResult::fail(
+            CODE,
+            format!(
+                "DNS SANs not matching {:?}: {}",
+                pattern.as_str(),
+                outside.join(", ")
+            ),
+        )
+    }
+}
+
+fn sans_hostname_prefix(prefix: Option<&str>, facts: &CsrFacts) -> RuleResult {
+    const CODE: &str = "sans.hostname_prefix";
+    let prefix = match prefix.or(facts.node_name()) {
+        Some(p) if !p.is_empty() => p,
+        _ => {
+            return RuleResult::fail(
+                CODE,
+                format!(
+                    "no prefix is configured and the request's common name {:?} names no node",
+                    facts.common_name().unwrap_or("")
+                ),
+            );
+        }
+    };
+    let dns = &facts.request.extensions().subject_alt_names.dns;
+    let outside: Vec<&str> = dns
+        .iter()
+        .filter(|name| {
+            let first_label = name.split('.').next().unwrap_or("");
+            !first_label
+                .get(..prefix.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+        })
+        .map(String::as_str)
+        .collect();
+    if outside.is_empty() {
+        RuleResult::pass(
+            CODE,
+            format!("all {} DNS SANs start with {prefix:?}", dns.len()),
+        )
+    } else {
+        RuleResult::fail(
+            CODE,
+            format!(
+                "DNS SANs whose first label does not start with {prefix:?}: {}",
+                outside.join(", ")
+            ),
+        )
+    }
+}
+
+fn sans_ip_in_cidrs(cidrs: &[Cidr], facts: &CsrFacts) -> RuleResult {
+    const CODE: &str = "sans.ip_in_cidrs";
+    let ips = &facts.request.extensions().subject_alt_names.ip;
+    let list = || {
+        cidrs
+            .iter()
+            .map(Cidr::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(bad) = cidrs.iter().find(|c| c.error().is_some()) {
+        return RuleResult::fail(
+            CODE,
+            format!(
+                "the CIDR {:?} is invalid: {}",
+                bad.as_str(),
+                bad.error().unwrap_or("")
+            ),
+        );
+    }
+    let outside: Vec<String> = ips
+        .iter()
+        .filter(|ip| !cidrs.iter().any(|c| c.contains(ip)))
+        .map(ToString::to_string)
+        .collect();
+    if outside.is_empty() {
+        RuleResult::pass(
+            CODE,
+            format!("all {} IP SANs are within {}", ips.len(), list()),
+        )
+    } else {
+        RuleResult::fail(
+            CODE,
+            format!("IP SANs outside {}: {}", list(), outside.join(", ")),
+        )
+    }
+}
+
+fn sans_max_count(max: u32, facts: &CsrFacts) -> RuleResult {
+    const CODE: &str = "sans.max_count";
+    let sans = &facts.request.extensions().subject_alt_names;
+    let count =
+        sans.dns.len() + sans.ip.len() + sans.email.len() + sans.uri.len() + sans.other.len();
+    if u32::try_from(count).is_ok_and(|c| c <= max) {
+        RuleResult::pass(CODE, format!("{count} SANs, at most {max} allowed"))
+    } else {
+        RuleResult::fail(CODE, format!("{count} SANs, more than the {max} allowed"))
+    }
+}
+
+fn key_algorithm(allowed: &[KeyType], min_rsa_bits: Option<u32>, facts: &CsrFacts) -> RuleResult {
+    const CODE: &str = "key.algorithm";
+    let key = facts.request.public_key();
+    let names = || {
+        allowed
+            .iter()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match KeyType::of(&key.algorithm) {
+        Some(kind) if allowed.contains(&kind) => match (kind, min_rsa_bits) {
+            (KeyType::Rsa, Some(min)) if key.bits.is_none_or(|bits| bits < min) => {
+                RuleResult::fail(
+                    CODE,
+                    format!(
+                        "RSA key of {} bits, fewer than the {min} required",
+                        key.bits.unwrap_or(0)
+                    ),
+                )
+            }
+            _ => RuleResult::pass(
+                CODE,
+                format!("{} key is allowed ({})", kind.as_str(), names()),
+            ),
+        },
+        Some(kind) => RuleResult::fail(
+            CODE,
+            format!("{} key is not among the allowed {}", kind.as_str(), names()),
+        ),
+        None => RuleResult::fail(
+            CODE,
+            format!("{} key is not among the allowed {}", key.algorithm, names()),
+        ),
     }
 }

@@ -60,11 +60,18 @@ pub struct Context {
     pub attestation: Option<Result<AttestationSummary, String>>,
     /// Whether a newer pending CSR from the same node (same signer and requester) exists.
     pub newer_pending_from_same_node: bool,
+    /// The inventory Machines (Cluster API or OpenShift) the caller found for the node the
+    /// request names. Match them the way the Machine approvers do, with
+    /// [`MachineFacts::matches_node`]: a Machine whose `status.nodeRef.name` is the node name,
+    /// or one of whose `Hostname`/`InternalDNS` addresses equals it (case-insensitive, trailing
+    /// dot ignored). The engine applies the same match again and ignores Machines that do not
+    /// match; when more than one matches, every Machine rule fails (it will not guess).
+    pub machines: Vec<MachineFacts>,
 }
 
 impl Context {
     /// A context at `now` with nothing looked up: no Node, no SAR answers, no attestation, no
-    /// newer duplicate.
+    /// newer duplicate, no Machines.
     pub fn empty(now: Timestamp) -> Self {
         Context {
             now,
@@ -72,6 +79,7 @@ impl Context {
             sar: SarAnswers::default(),
             attestation: None,
             newer_pending_from_same_node: false,
+            machines: Vec::new(),
         }
     }
 }
@@ -105,4 +113,65 @@ pub struct AttestationSummary {
     pub machine_name: String,
     /// The provider ID the evidence proves, if any.
     pub provider_id: Option<String>,
+}
+
+/// Which inventory API a Machine comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MachineKind {
+    /// Cluster API: `machines.cluster.x-k8s.io`.
+    ClusterApi,
+    /// OpenShift Machine API: `machines.machine.openshift.io`.
+    OpenShift,
+}
+
+impl MachineKind {
+    /// The API group: `cluster.x-k8s.io` or `machine.openshift.io`.
+    pub fn api_group(self) -> &'static str {
+        match self {
+            MachineKind::ClusterApi => "cluster.x-k8s.io",
+            MachineKind::OpenShift => "machine.openshift.io",
+        }
+    }
+}
+
+/// A Machine object (Cluster API or OpenShift), reduced to what rules read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MachineFacts {
+    /// The API it comes from.
+    pub kind: MachineKind,
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `status.nodeRef.name`: the Node the Machine is linked to, once it has joined.
+    pub node_ref: Option<String>,
+    /// Cluster API `status.bootstrapReady` (v1beta2: the `BootstrapConfigReady` condition is
+    /// `True`); `None` when unknown or not applicable (OpenShift Machines have no such field).
+    pub bootstrap_ready: Option<bool>,
+    /// `status.addresses` as `(type, address)` pairs, e.g. `("InternalDNS", "ip-10-0-0-5")`.
+    pub addresses: Vec<(String, String)>,
+    /// `spec.providerID`, once the infrastructure provider has set it.
+    pub provider_id: Option<String>,
+    /// `metadata.creationTimestamp`.
+    pub created_at: Timestamp,
+}
+
+impl MachineFacts {
+    /// Whether this Machine is the one for `node_name`: `status.nodeRef.name` equals it, or an
+    /// address of type `Hostname` or `InternalDNS` does (ASCII case-insensitive, one trailing
+    /// dot ignored). This is how OpenShift's machine approver and Cluster API find a node's
+    /// Machine; callers should select [`Context::machines`] with it.
+    pub fn matches_node(&self, node_name: &str) -> bool {
+        self.node_ref.as_deref() == Some(node_name)
+            || self.addresses.iter().any(|(kind, address)| {
+                (kind == "Hostname" || kind == "InternalDNS") && dns_eq(address, node_name)
+            })
+    }
+}
+
+/// DNS names equal ignoring ASCII case and one trailing dot on either side.
+pub(crate) fn dns_eq(a: &str, b: &str) -> bool {
+    let a = a.strip_suffix('.').unwrap_or(a);
+    let b = b.strip_suffix('.').unwrap_or(b);
+    !a.is_empty() && a.eq_ignore_ascii_case(b)
 }

@@ -1,17 +1,93 @@
 //! The approval policy engine: facts about a node CSR in, an explained decision out.
 //!
-//! Pure: no I/O and no clock. The caller looks up the Node, the SubjectAccessReview answers,
-//! the attestation outcome and duplicates, and passes them in as a [`Context`] (with `now`);
-//! the CSR object becomes [`CsrFacts`]. A [`Policy`] (YAML, see [`Policy::from_yaml`]) says which
-//! signers and requesters it covers and which [`Rule`]s a covered CSR must pass.
+//! Pure: no I/O and no clock. The caller looks up the Node, the inventory Machines, the
+//! SubjectAccessReview answers, the attestation outcome and duplicates, and passes them in as a
+//! [`Context`] (with `now`); the CSR object becomes [`CsrFacts`] (feature `k8s`: from the
+//! Kubernetes objects). A [`Policy`] (YAML, see [`Policy::from_yaml`]) says which signers and
+//! requesters it covers and which [`Rule`]s a covered CSR must pass; a [`PolicySet`] is an
+//! ordered list of them in which the first covering policy decides.
 //!
 //! [`Policy::evaluate`] runs **every** rule (no short-circuit) and returns a [`Decision`]: the
 //! [`Verdict`] and each rule's [`RuleResult`] with a stable code and a message, so a denial
 //! lists all its reasons. [`Verdict::Abstain`] means "not mine": the signer or requester is not
 //! covered, or the policy never denies (the `kcm` preset, like upstream) and a rule failed.
+//! Rule order never changes the verdict or the set of results (property-tested).
 //!
-//! Presets: [`Policy::kcm`] (upstream kube-controller-manager's sarapprove) and
-//! [`Policy::serving`] (kubelet serving certificates, SANs within the Node's addresses, no DNS).
+//! # Policies in YAML
+//!
+//! ```yaml
+//! name: serving                      # reported in every decision; unique within a set
+//! signers: [kubernetes.io/kubelet-serving, "cluster.x-k8s.io/kubelet-serving-*"]
+//! requesters:                        # optional; covered when any entry matches (default: all)
+//!   usernames: [system:serviceaccount:ns:sa]
+//!   usernamePrefixes: ["system:node:"]
+//!   groups: [system:nodes]
+//! onFailure: deny                    # or abstain (never deny, like upstream)
+//! rules:
+//!   - rule: csrProfile
+//!   - rule: sansWithinNodeAddresses
+//! ```
+//!
+//! Unknown fields are errors naming the field; settings that cannot work (an empty list, a
+//! regular expression that does not compile, a bad CIDR) are [`PolicyError::Invalid`] naming
+//! the rule (`rules[3] (sansDnsMatch).pattern ...`). Patterns are compiled once, at load.
+//!
+//! # Rules
+//!
+//! | YAML | checks | code(s) |
+//! |---|---|---|
+//! | `{rule: csrProfile, verifySignature: true}` | the CSR crate's signer profile (subject, SANs, key, usages, extensions, self-signature unless `false`) | `csr.profile`, or each violation's code (`sans.dns`, `usages.not_allowed`, ...) |
+//! | `{rule: cnMatchesUsername}` | CN == `spec.username` | `subject.cn_matches_username` |
+//! | `{rule: requesterGroup, anyOf: [g, ...]}` | the requester is in one of the groups | `requester.group` |
+//! | `{rule: nodeMustNotExist}` / `{rule: nodeMustExist}` | the named Node does not / does exist | `node.must_not_exist` / `node.must_exist` |
+//! | `{rule: sansWithinNodeAddresses}` | DNS SANs among the Node's Hostname/InternalDNS/ExternalDNS, IP SANs among InternalIP/ExternalIP | `sans.within_node_addresses` |
+//! | `{rule: maxDurationSeconds, max: N}` | `expirationSeconds` present and ≤ N | `duration.max` |
+//! | `{rule: subjectAccessReview, kind: nodeClient\|selfNodeClient\|nodeClientOrSelf}` | upstream's SAR recognizers | `sar.nodeclient`, `sar.selfnodeclient`, `sar.nodeclient_or_self` |
+//! | `{rule: attestation, required: B, providers: [p, ...]}` | a verified attestation (by one of `providers`, seed 001's `authorizedAttestors`; empty: any); a rejected one always fails; the `insecure` provider only ever passes for a kubelet client bootstrap, never a renewal (requester is a node) or another signer | `attestation` |
+//! | `{rule: supersededByNewer}` | no newer pending CSR from the same node | `dedup.superseded` |
+//! | `{rule: machineMustExist}` | exactly one Machine matches the node | `machine.must_exist` |
+//! | `{rule: machineNotLinked}` | its `nodeRef` is empty or this node | `machine.not_linked` |
+//! | `{rule: machineBootstrapReady}` | Cluster API `bootstrapReady` is true | `machine.bootstrap_ready` |
+//! | `{rule: machineCreatedWithin, seconds: N, clockSkewSeconds: 10}` | CSR created in [Machine − skew, Machine + N] | `machine.created_within` |
+//! | `{rule: sansWithinMachineAddresses}` | as for the Node, against the Machine's `status.addresses` | `sans.within_machine_addresses` |
+//! | `{rule: providerIdMatchesMachine}` | the CSR's ProviderID extension and the attested provider ID, when present (one must be), equal the Machine's `spec.providerID` | `machine.provider_id` |
+//! | `{rule: sansDnsMatch, pattern: RE}` | every DNS SAN matches `^(?:RE)$`, case-insensitive | `sans.dns_match` |
+//! | `{rule: sansHostnamePrefix, prefix: P}` | every DNS SAN's first label starts with P (default: the node name) | `sans.hostname_prefix` |
+//! | `{rule: sansIpInCidrs, cidrs: [10.0.0.0/8, ...]}` | every IP SAN inside one CIDR | `sans.ip_in_cidrs` |
+//! | `{rule: sansMaxCount, max: N}` | at most N SANs of all kinds | `sans.max_count` |
+//! | `{rule: keyAlgorithm, allowed: [ecdsaP256, ecdsaP384, ed25519, rsa], minRsaBits: N}` | key type allowed; RSA at least N bits | `key.algorithm` |
+//!
+//! Machine rules find the node's Machine among [`Context::machines`] with
+//! [`MachineFacts::matches_node`] (nodeRef, or a Hostname/InternalDNS address equal to the node
+//! name); none or several matching fails every Machine rule with that reason.
+//! Abstentions for coverage use [`CODE_SIGNER_NOT_COVERED`], [`CODE_REQUESTER_NOT_COVERED`] and,
+//! in a set, [`CODE_NO_POLICY_COVERS`].
+//!
+//! # Presets
+//!
+//! [`PolicySet::preset`] knows them all; [`Policy::preset`] the single policies.
+//!
+//! - `kcm` ([`Policy::kcm`]): upstream kube-controller-manager's sarapprove; never denies.
+//! - `serving` ([`Policy::serving`]): kubelet serving certificates, SANs within the Node's
+//!   addresses, no DNS lookups.
+//! - `openshift` = `openshift-client`, `openshift-renewal`, `openshift-serving`: OpenShift's
+//!   machine approver (seed 000 and its documented checks); we deny where it leaves pending.
+//! - `capi` = `capi-client`, `capi-renewal`, `capi-serving`: seed 001's core checks plus
+//!   attestation (required for client certificates) and the Machine's provider ID.
+//!
+//! Each preset's documentation says where it differs from its anchor.
+//!
+//! # Decisions as output
+//!
+//! A [`Decision`] serializes (serde, e.g. JSON for `kubectl nodeauth csr explain -o json`) as
+//! `{"policy": "name" | null, "verdict": "Approve" | "Deny" | "Abstain", "reasons": [{"code",
+//! "passed", "message"}]}`; [`Decision::condition_reason`] and
+//! [`Decision::condition_message`] (bounded to [`MAX_CONDITION_MESSAGE_BYTES`]) are what the
+//! approver writes into the CSR's condition.
+//!
+//! Speed (`cargo bench -p nodeauth-benches --bench policy`, 10 000 varied CSRs through the
+//! `openshift` + `kcm` set on this 2-core machine): about 250-370 k decisions/s without the
+//! signature check, about 2 k/s with P-256 verification (the pure-Rust ECDSA verify dominates).
 //!
 //! # Example
 //!
@@ -69,13 +145,24 @@
 
 mod engine;
 mod facts;
+#[cfg(feature = "k8s")]
+pub mod k8s;
 mod policy;
+mod set;
 
 pub use engine::{
-    CODE_REQUESTER_NOT_COVERED, CODE_SIGNER_NOT_COVERED, Decision, RuleResult, Verdict,
+    CODE_REQUESTER_NOT_COVERED, CODE_SIGNER_NOT_COVERED, Decision, MAX_CONDITION_MESSAGE_BYTES,
+    RuleResult, Verdict,
 };
-pub use facts::{AttestationSummary, Context, CsrFacts, NodeFacts, SarAnswers};
-pub use policy::{OnFailure, Policy, Requesters, Rule, SarKind};
+pub use facts::{
+    AttestationSummary, Context, CsrFacts, MachineFacts, MachineKind, NodeFacts, SarAnswers,
+};
+pub use policy::{
+    Cidr, DEFAULT_CLOCK_SKEW_SECONDS, DnsPattern, KeyType, MAX_PATTERN_LEN,
+    OPENSHIFT_NODE_BOOTSTRAPPER, OPENSHIFT_NODE_BOOTSTRAPPER_GROUP, OnFailure, Policy, Requesters,
+    Rule, SarKind,
+};
+pub use set::{CODE_NO_POLICY_COVERS, PolicySet};
 
 /// Errors reading or checking a policy document.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

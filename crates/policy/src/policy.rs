@@ -140,6 +140,404 @@ pub enum Rule {
     /// Fails when a newer pending CSR from the same node exists, so older duplicates are denied
     /// with that reason instead of piling up. Code `dedup.superseded`.
     SupersededByNewer,
+    /// Exactly one inventory Machine matches the node the request names (see
+    /// [`Context::machines`](crate::Context::machines)). Code `machine.must_exist`.
+    MachineMustExist,
+    /// The node's Machine is not linked to another node: `status.nodeRef` is empty or names
+    /// this node. Code `machine.not_linked`.
+    MachineNotLinked,
+    /// The node's Machine is Cluster API `bootstrapReady` (an unknown value fails; OpenShift
+    /// Machines have none). Code `machine.bootstrap_ready`.
+    MachineBootstrapReady,
+    /// The CSR was created no later than `seconds` after its Machine, and no earlier than
+    /// `clockSkewSeconds` (default 10) before it: OpenShift's machine approver allows
+    /// `[machine creation - 10 s, + 2 h]`. Code `machine.created_within`.
+    #[serde(rename_all = "camelCase")]
+    MachineCreatedWithin {
+        /// The window after the Machine's creation, in seconds (must not be 0).
+        seconds: u32,
+        /// How far before the Machine's creation the CSR may be (clock skew), in seconds.
+        #[serde(
+            default = "default_clock_skew",
+            skip_serializing_if = "is_default_clock_skew"
+        )]
+        clock_skew_seconds: u32,
+    },
+    /// Every DNS SAN is one of the Machine's `Hostname`/`InternalDNS`/`ExternalDNS` addresses
+    /// (case-insensitive, trailing dot ignored) and every IP SAN one of its
+    /// `InternalIP`/`ExternalIP` addresses. Code `sans.within_machine_addresses`.
+    SansWithinMachineAddresses,
+    /// The Machine has a `spec.providerID`, and the provider ID the request carries (the
+    /// ProviderID extension, a claim) and the one its attestation proves are each, when
+    /// present, equal to it; at least one must be present. Code `machine.provider_id`.
+    ProviderIdMatchesMachine,
+    /// Every DNS SAN (trailing dot ignored) matches the regular expression, anchored at both
+    /// ends and case-insensitive. Compiled once, when the policy is loaded. No DNS SAN: passes.
+    /// Code `sans.dns_match`.
+    SansDnsMatch {
+        /// The pattern (Rust `regex` syntax), e.g. `[a-z0-9-]+\.nodes\.example\.com`.
+        pattern: DnsPattern,
+    },
+    /// Every DNS SAN's first label starts with `prefix`, or, without one, with the node name
+    /// the request claims (ASCII case-insensitive). No DNS SAN: passes.
+    /// Code `sans.hostname_prefix`.
+    SansHostnamePrefix {
+        /// The prefix; default: the node name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prefix: Option<String>,
+    },
+    /// Every IP SAN is inside one of the CIDRs (IPv4-mapped IPv6 SANs count as IPv4). No IP
+    /// SAN: passes. Code `sans.ip_in_cidrs`.
+    SansIpInCidrs {
+        /// The CIDRs, e.g. `10.0.0.0/8`, `fd00::/8` (host bits must be zero; must not be empty).
+        cidrs: Vec<Cidr>,
+    },
+    /// At most `max` SANs of all kinds together. Code `sans.max_count`.
+    SansMaxCount {
+        /// The maximum.
+        max: u32,
+    },
+    /// The request's key is of an allowed type and, for RSA, at least `minRsaBits` long.
+    /// Code `key.algorithm`.
+    #[serde(rename_all = "camelCase")]
+    KeyAlgorithm {
+        /// The allowed key types (must not be empty).
+        allowed: Vec<KeyType>,
+        /// The minimum RSA modulus size; only with `rsa` allowed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min_rsa_bits: Option<u32>,
+    },
+}
+
+/// The default of [`Rule::MachineCreatedWithin`]'s `clockSkewSeconds` (OpenShift's 10 s).
+pub const DEFAULT_CLOCK_SKEW_SECONDS: u32 = 10;
+
+fn default_clock_skew() -> u32 {
+    DEFAULT_CLOCK_SKEW_SECONDS
+}
+
+// serde's `skip_serializing_if` passes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_default_clock_skew(value: &u32) -> bool {
+    *value == DEFAULT_CLOCK_SKEW_SECONDS
+}
+
+/// A key type for [`Rule::KeyAlgorithm`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum KeyType {
+    /// ECDSA on P-256 (`ecdsaP256`).
+    EcdsaP256,
+    /// ECDSA on P-384 (`ecdsaP384`).
+    EcdsaP384,
+    /// Ed25519 (`ed25519`).
+    Ed25519,
+    /// RSA of any size the CSR crate accepts (`rsa`).
+    Rsa,
+}
+
+impl KeyType {
+    /// The YAML name, e.g. `ecdsaP256`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyType::EcdsaP256 => "ecdsaP256",
+            KeyType::EcdsaP384 => "ecdsaP384",
+            KeyType::Ed25519 => "ed25519",
+            KeyType::Rsa => "rsa",
+        }
+    }
+
+    /// The key type of a request's key, if it is one of these.
+    pub fn of(algorithm: &nodeauth_csr::KeyAlgorithm) -> Option<KeyType> {
+        use nodeauth_csr::{EcCurve, KeyAlgorithm};
+        match algorithm {
+            KeyAlgorithm::Ec(EcCurve::P256) => Some(KeyType::EcdsaP256),
+            KeyAlgorithm::Ec(EcCurve::P384) => Some(KeyType::EcdsaP384),
+            KeyAlgorithm::Ed25519 => Some(KeyType::Ed25519),
+            KeyAlgorithm::Rsa => Some(KeyType::Rsa),
+            _ => None,
+        }
+    }
+}
+
+/// Longest pattern [`DnsPattern`] compiles, in bytes.
+pub const MAX_PATTERN_LEN: usize = 4096;
+
+/// A DNS name pattern for [`Rule::SansDnsMatch`]: the source text and, compiled once when it
+/// is created or deserialized, the anchored case-insensitive regular expression. An invalid
+/// pattern is kept (so a document can be parsed and every error reported); [`Policy::validate`]
+/// rejects it, naming the rule and field, and the rule fails if it is evaluated anyway.
+/// Equality, YAML and JSON use the source text.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct DnsPattern {
+    source: String,
+    compiled: Result<regex::Regex, String>,
+}
+
+impl DnsPattern {
+    /// Compiles `source` as `^(?:source)$`, case-insensitive.
+    pub fn new(source: impl Into<String>) -> DnsPattern {
+        let source = source.into();
+        let compiled = if source.len() > MAX_PATTERN_LEN {
+            Err(format!(
+                "pattern is {} bytes long, more than {MAX_PATTERN_LEN}",
+                source.len()
+            ))
+        } else {
+            regex::RegexBuilder::new(&format!("^(?:{source})$"))
+                .case_insensitive(true)
+                .size_limit(1 << 20)
+                .dfa_size_limit(1 << 20)
+                .build()
+                .map_err(|e| e.to_string())
+        };
+        DnsPattern { source, compiled }
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Why the pattern does not compile, if it does not.
+    pub fn error(&self) -> Option<&str> {
+        self.compiled.as_ref().err().map(String::as_str)
+    }
+
+    /// Whether a DNS name (one trailing dot ignored) matches; `None` when the pattern is
+    /// invalid.
+    pub fn is_match(&self, dns_name: &str) -> Option<bool> {
+        let name = dns_name.strip_suffix('.').unwrap_or(dns_name);
+        self.compiled.as_ref().ok().map(|re| re.is_match(name))
+    }
+}
+
+impl From<String> for DnsPattern {
+    fn from(source: String) -> Self {
+        DnsPattern::new(source)
+    }
+}
+
+impl From<&str> for DnsPattern {
+    fn from(source: &str) -> Self {
+        DnsPattern::new(source)
+    }
+}
+
+impl From<DnsPattern> for String {
+    fn from(pattern: DnsPattern) -> Self {
+        pattern.source
+    }
+}
+
+impl PartialEq for DnsPattern {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for DnsPattern {}
+
+impl std::fmt::Debug for DnsPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DnsPattern({:?})", self.source)
+    }
+}
+
+/// An IP network for [`Rule::SansIpInCidrs`], e.g. `10.0.0.0/8`: the source text and, parsed
+/// when it is created or deserialized, the network. Like [`DnsPattern`], an invalid one is
+/// kept and reported by [`Policy::validate`]; it contains nothing.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct Cidr {
+    source: String,
+    parsed: Result<(std::net::IpAddr, u8), String>,
+}
+
+impl Cidr {
+    /// Parses `address/prefix`. The host bits must be zero (`10.0.0.1/8` is refused: it
+    /// usually means a typo).
+    pub fn new(source: impl Into<String>) -> Cidr {
+        let source = source.into();
+        let parsed = parse_cidr(&source);
+        Cidr { source, parsed }
+    }
+
+    /// The CIDR as written.
+    pub fn as_str(&self) -> &str {
+        &self.source
+    }
+
+    /// Why it does not parse, if it does not.
+    pub fn error(&self) -> Option<&str> {
+        self.parsed.as_ref().err().map(String::as_str)
+    }
+
+    /// Whether the network contains `ip` (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn contains(&self, ip: &std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let Ok((network, prefix)) = &self.parsed else {
+            return false;
+        };
+        match (network, ip.to_canonical()) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
+                u32::from(*n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(*prefix)).unwrap_or(0);
+                u128::from(*n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
+    use std::net::IpAddr;
+    let (address, prefix) = source
+        .split_once('/')
+        .ok_or_else(|| format!("{source:?} is not address/prefix"))?;
+    let address: IpAddr = address
+        .parse()
+        .map_err(|_| format!("{address:?} is not an IP address"))?;
+    let max: u8 = if address.is_ipv4() { 32 } else { 128 };
+    let prefix = prefix
+        .parse::<u8>()
+        .ok()
+        .filter(|p| {
+            *p <= max && !prefix.starts_with('+') && !(prefix.len() > 1 && prefix.starts_with('0'))
+        })
+        .ok_or_else(|| format!("{prefix:?} is not a prefix length from 0 to {max}"))?;
+    let host_bits_clear = match address {
+        IpAddr::V4(a) => {
+            u32::from(a) & !u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0) == 0
+        }
+        IpAddr::V6(a) => {
+            u128::from(a) & !u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0) == 0
+        }
+    };
+    if !host_bits_clear {
+        return Err(format!(
+            "{source:?} has host bits set beyond the /{prefix} prefix"
+        ));
+    }
+    Ok((address, prefix))
+}
+
+impl From<String> for Cidr {
+    fn from(source: String) -> Self {
+        Cidr::new(source)
+    }
+}
+
+impl From<&str> for Cidr {
+    fn from(source: &str) -> Self {
+        Cidr::new(source)
+    }
+}
+
+impl From<Cidr> for String {
+    fn from(cidr: Cidr) -> Self {
+        cidr.source
+    }
+}
+
+impl PartialEq for Cidr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Cidr {}
+
+impl std::fmt::Debug for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cidr({:?})", self.source)
+    }
+}
+
+impl Rule {
+    /// The rule's YAML name, e.g. `sansDnsMatch`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rule::CsrProfile { .. } => "csrProfile",
+            Rule::CnMatchesUsername => "cnMatchesUsername",
+            Rule::RequesterGroup { .. } => "requesterGroup",
+            Rule::NodeMustNotExist => "nodeMustNotExist",
+            Rule::NodeMustExist => "nodeMustExist",
+            Rule::SansWithinNodeAddresses => "sansWithinNodeAddresses",
+            Rule::MaxDurationSeconds { .. } => "maxDurationSeconds",
+            Rule::SubjectAccessReview { .. } => "subjectAccessReview",
+            Rule::Attestation { .. } => "attestation",
+            Rule::SupersededByNewer => "supersededByNewer",
+            Rule::MachineMustExist => "machineMustExist",
+            Rule::MachineNotLinked => "machineNotLinked",
+            Rule::MachineBootstrapReady => "machineBootstrapReady",
+            Rule::MachineCreatedWithin { .. } => "machineCreatedWithin",
+            Rule::SansWithinMachineAddresses => "sansWithinMachineAddresses",
+            Rule::ProviderIdMatchesMachine => "providerIdMatchesMachine",
+            Rule::SansDnsMatch { .. } => "sansDnsMatch",
+            Rule::SansHostnamePrefix { .. } => "sansHostnamePrefix",
+            Rule::SansIpInCidrs { .. } => "sansIpInCidrs",
+            Rule::SansMaxCount { .. } => "sansMaxCount",
+            Rule::KeyAlgorithm { .. } => "keyAlgorithm",
+        }
+    }
+
+    /// Whether the rule reads [`Context::machines`](crate::Context::machines), so a caller
+    /// knows to look Machines up.
+    pub fn reads_machines(&self) -> bool {
+        matches!(
+            self,
+            Rule::MachineMustExist
+                | Rule::MachineNotLinked
+                | Rule::MachineBootstrapReady
+                | Rule::MachineCreatedWithin { .. }
+                | Rule::SansWithinMachineAddresses
+                | Rule::ProviderIdMatchesMachine
+        )
+    }
+
+    /// What is wrong with the rule's own settings: `(field, reason)`.
+    fn problem(&self) -> Option<(String, String)> {
+        let field = |f: &str, why: String| Some((f.to_owned(), why));
+        match self {
+            Rule::RequesterGroup { any_of } if any_of.is_empty() => {
+                field("anyOf", "must not be empty".to_owned())
+            }
+            Rule::MachineCreatedWithin { seconds: 0, .. } => {
+                field("seconds", "must be more than 0".to_owned())
+            }
+            Rule::SansDnsMatch { pattern } => pattern
+                .error()
+                .and_then(|e| field("pattern", format!("invalid regular expression: {e}"))),
+            Rule::SansHostnamePrefix {
+                prefix: Some(prefix),
+            } if prefix.is_empty() => field(
+                "prefix",
+                "must not be empty (omit it to use the node name)".to_owned(),
+            ),
+            Rule::SansIpInCidrs { cidrs } if cidrs.is_empty() => {
+                field("cidrs", "must not be empty".to_owned())
+            }
+            Rule::SansIpInCidrs { cidrs } => cidrs.iter().enumerate().find_map(|(i, cidr)| {
+                cidr.error()
+                    .map(|e| (format!("cidrs[{i}]"), format!("invalid CIDR: {e}")))
+            }),
+            Rule::KeyAlgorithm { allowed, .. } if allowed.is_empty() => {
+                field("allowed", "must not be empty".to_owned())
+            }
+            Rule::KeyAlgorithm {
+                allowed,
+                min_rsa_bits: Some(_),
+            } if !allowed.contains(&KeyType::Rsa) => {
+                field("minRsaBits", "is set but rsa is not allowed".to_owned())
+            }
+            _ => None,
+        }
+    }
 }
 
 fn yes() -> bool {
@@ -181,8 +579,9 @@ impl Policy {
         serde_yaml::to_string(self).map_err(|e| PolicyError::Yaml(e.to_string()))
     }
 
-    /// Checks what the schema cannot: a name, at least one signer, at least one rule, and no
-    /// empty `anyOf` group list.
+    /// Checks what the schema cannot: a name, at least one signer, at least one rule, and each
+    /// rule's settings (no empty lists, regular expressions that compile, valid CIDRs, ...).
+    /// An error names the rule by index and YAML name, and the field.
     pub fn validate(&self) -> Result<(), PolicyError> {
         let invalid = |reason: &str| {
             Err(PolicyError::Invalid {
@@ -201,11 +600,9 @@ impl Policy {
                 "rules must not be empty (a policy without rules would approve everything it covers)",
             );
         }
-        for rule in &self.rules {
-            if let Rule::RequesterGroup { any_of } = rule
-                && any_of.is_empty()
-            {
-                return invalid("requesterGroup.anyOf must not be empty");
+        for (index, rule) in self.rules.iter().enumerate() {
+            if let Some((field, why)) = rule.problem() {
+                return invalid(&format!("rules[{index}] ({}).{field} {why}", rule.name()));
             }
         }
         Ok(())
@@ -219,14 +616,34 @@ impl Policy {
         })
     }
 
-    /// The preset of this name: `kcm` ([`Policy::kcm`]) or `serving` ([`Policy::serving`]).
+    /// The single-policy preset of this name (see [`Policy::PRESETS`]). The `openshift` and
+    /// `capi` presets are several policies each (bootstrap, renewal, serving): get them with
+    /// [`PolicySet::preset`](crate::PolicySet::preset), which knows every name.
     pub fn preset(name: &str) -> Option<Policy> {
         match name {
             "kcm" => Some(Policy::kcm()),
             "serving" => Some(Policy::serving()),
+            "openshift-client" => Some(Policy::openshift_client()),
+            "openshift-renewal" => Some(Policy::openshift_renewal()),
+            "openshift-serving" => Some(Policy::openshift_serving()),
+            "capi-client" => Some(Policy::capi_client()),
+            "capi-renewal" => Some(Policy::capi_renewal()),
+            "capi-serving" => Some(Policy::capi_serving()),
             _ => None,
         }
     }
+
+    /// The names [`Policy::preset`] knows.
+    pub const PRESETS: &'static [&'static str] = &[
+        "kcm",
+        "serving",
+        "openshift-client",
+        "openshift-renewal",
+        "openshift-serving",
+        "capi-client",
+        "capi-renewal",
+        "capi-serving",
+    ];
 
     /// Upstream kube-controller-manager's `csrapproving` (sarapprove) for the kubelet client
     /// signer: the request must be a kubelet client request (the CSR profile; stricter than
@@ -273,5 +690,219 @@ impl Policy {
                 Rule::SansWithinNodeAddresses,
             ],
         }
+    }
+
+    /// OpenShift's machine approver, client bootstrap: a kubelet client CSR from the
+    /// `node-bootstrapper` ServiceAccount ([`OPENSHIFT_NODE_BOOTSTRAPPER`], group
+    /// `system:serviceaccounts:openshift-machine-config-operator`) for a node that does not
+    /// exist yet, whose Machine exists, is not linked to another node, and was created at most
+    /// 2 h before the CSR (10 s of clock skew the other way).
+    ///
+    /// Where we differ: the machine approver leaves a failing CSR pending and keeps its reasons
+    /// in its log; we DENY with every reason in the condition. It finds the Machine by its
+    /// `InternalDNS` address only and requires `nodeRef` to be empty; we also match
+    /// `Hostname` and `nodeRef` ([`MachineFacts::matches_node`](crate::MachineFacts::matches_node))
+    /// and accept a `nodeRef` naming this very node (the node must not exist anyway). We have no
+    /// pending cap that halts every approval.
+    pub fn openshift_client() -> Policy {
+        Policy {
+            name: "openshift-client".to_owned(),
+            signers: vec![nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET.to_owned()],
+            requesters: Requesters {
+                usernames: vec![OPENSHIFT_NODE_BOOTSTRAPPER.to_owned()],
+                ..Requesters::default()
+            },
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::RequesterGroup {
+                    any_of: vec![OPENSHIFT_NODE_BOOTSTRAPPER_GROUP.to_owned()],
+                },
+                Rule::NodeMustNotExist,
+                Rule::MachineMustExist,
+                Rule::MachineNotLinked,
+                Rule::MachineCreatedWithin {
+                    seconds: 2 * 3600,
+                    clock_skew_seconds: DEFAULT_CLOCK_SKEW_SECONDS,
+                },
+            ],
+        }
+    }
+
+    /// OpenShift client renewal: a node renewing its own client certificate (requester
+    /// `system:node:<name>` in `system:nodes`, CN equal to the requester, the Node exists).
+    ///
+    /// Where we differ: OpenShift leaves renewals to kube-controller-manager, which also asks
+    /// the `selfnodeclient` SubjectAccessReview (granted to `system:nodes` there); this policy
+    /// needs no SAR and denies what fails.
+    pub fn openshift_renewal() -> Policy {
+        Policy {
+            name: "openshift-renewal".to_owned(),
+            signers: vec![nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET.to_owned()],
+            requesters: node_requesters(),
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::CnMatchesUsername,
+                Rule::RequesterGroup {
+                    any_of: vec![NODES_GROUP.to_owned()],
+                },
+                Rule::NodeMustExist,
+            ],
+        }
+    }
+
+    /// OpenShift serving certificates: requester `system:node:<name>` in `system:nodes`, CN
+    /// equal to the requester, the node's Machine exists and is not linked to another node,
+    /// and every SAN is among the Machine's addresses.
+    ///
+    /// Where we differ: the machine approver alternatively accepts SANs equal to those of the
+    /// serving certificate the kubelet currently presents (a TLS dial); we never dial, so a
+    /// SAN not among the Machine's addresses is denied (with that reason) rather than left
+    /// pending.
+    pub fn openshift_serving() -> Policy {
+        Policy {
+            name: "openshift-serving".to_owned(),
+            signers: vec![nodeauth_csr::KUBELET_SERVING.to_owned()],
+            requesters: node_requesters(),
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::CnMatchesUsername,
+                Rule::RequesterGroup {
+                    any_of: vec![NODES_GROUP.to_owned()],
+                },
+                Rule::MachineMustExist,
+                Rule::MachineNotLinked,
+                Rule::SansWithinMachineAddresses,
+            ],
+        }
+    }
+
+    /// Cluster API kubelet authentication (seed 001), client bootstrap: a CSR for a
+    /// `cluster.x-k8s.io/kube-apiserver-client-kubelet-<provider>` signer from a bootstrap
+    /// token (`system:bootstrap:*`, group `system:bootstrappers`) for a node that does not
+    /// exist yet, whose Machine exists, is not linked to another node and is `bootstrapReady`,
+    /// with a verified attestation whose (or whose CSR's) provider ID is the Machine's.
+    ///
+    /// Seed 001's core checks "CN equals `spec.username`" and "O equals `spec.groups`" cannot
+    /// hold for a bootstrap-token requester (`system:bootstrap:<id>`); here the CSR profile
+    /// (O exactly `system:nodes`, no SANs, client usages, no CA) plus the Machine and
+    /// attestation rules stand in for them, and the renewal policy checks CN == username.
+    /// Restrict the providers to your cluster's `authorizedAttestors` in a copy of this policy.
+    pub fn capi_client() -> Policy {
+        Policy {
+            name: "capi-client".to_owned(),
+            signers: vec![format!("{}*", nodeauth_csr::CAPI_CLIENT_KUBELET_PREFIX)],
+            requesters: Requesters {
+                username_prefixes: vec![BOOTSTRAP_USER_PREFIX.to_owned()],
+                ..Requesters::default()
+            },
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::RequesterGroup {
+                    any_of: vec![BOOTSTRAPPERS_GROUP.to_owned()],
+                },
+                Rule::NodeMustNotExist,
+                Rule::MachineMustExist,
+                Rule::MachineNotLinked,
+                Rule::MachineBootstrapReady,
+                Rule::Attestation {
+                    required: true,
+                    providers: Vec::new(),
+                },
+                Rule::ProviderIdMatchesMachine,
+            ],
+        }
+    }
+
+    /// Cluster API client renewal: the node renews its own certificate (CN == `spec.username`,
+    /// group `system:nodes`, the Node exists) and re-attests (seed 001 wants renewals to go
+    /// through re-attestation; the `insecure` provider can never renew); the Machine exists, is
+    /// not linked to another node, and has the attested provider ID.
+    pub fn capi_renewal() -> Policy {
+        Policy {
+            name: "capi-renewal".to_owned(),
+            signers: vec![format!("{}*", nodeauth_csr::CAPI_CLIENT_KUBELET_PREFIX)],
+            requesters: node_requesters(),
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::CnMatchesUsername,
+                Rule::RequesterGroup {
+                    any_of: vec![NODES_GROUP.to_owned()],
+                },
+                Rule::NodeMustExist,
+                Rule::MachineMustExist,
+                Rule::MachineNotLinked,
+                Rule::Attestation {
+                    required: true,
+                    providers: Vec::new(),
+                },
+                Rule::ProviderIdMatchesMachine,
+            ],
+        }
+    }
+
+    /// Cluster API serving certificates (seed 001, "Serving CSR handling"): requester
+    /// `system:node:<name>` in `system:nodes`, CN == requester, serving usages (the CSR
+    /// profile), and only IP and DNS SANs that belong to the node's Machine. Covers
+    /// `kubernetes.io/kubelet-serving` (what a kubelet with `serverTLSBootstrap` asks) and the
+    /// `cluster.x-k8s.io/kubelet-serving-<provider>` family. Attestation is not required (the
+    /// kubelet writes these CSRs itself), but a rejected one, or the `insecure` provider, fails.
+    pub fn capi_serving() -> Policy {
+        Policy {
+            name: "capi-serving".to_owned(),
+            signers: vec![
+                nodeauth_csr::KUBELET_SERVING.to_owned(),
+                format!("{}*", nodeauth_csr::CAPI_KUBELET_SERVING_PREFIX),
+            ],
+            requesters: node_requesters(),
+            on_failure: OnFailure::Deny,
+            rules: vec![
+                Rule::CsrProfile {
+                    verify_signature: true,
+                },
+                Rule::CnMatchesUsername,
+                Rule::RequesterGroup {
+                    any_of: vec![NODES_GROUP.to_owned()],
+                },
+                Rule::MachineMustExist,
+                Rule::MachineNotLinked,
+                Rule::SansWithinMachineAddresses,
+                Rule::Attestation {
+                    required: false,
+                    providers: Vec::new(),
+                },
+            ],
+        }
+    }
+}
+
+/// The OpenShift ServiceAccount whose token kubelets bootstrap with.
+pub const OPENSHIFT_NODE_BOOTSTRAPPER: &str =
+    "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
+/// The group of the ServiceAccounts in `openshift-machine-config-operator`.
+pub const OPENSHIFT_NODE_BOOTSTRAPPER_GROUP: &str =
+    "system:serviceaccounts:openshift-machine-config-operator";
+const NODES_GROUP: &str = "system:nodes";
+const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+const BOOTSTRAP_USER_PREFIX: &str = "system:bootstrap:";
+
+fn node_requesters() -> Requesters {
+    Requesters {
+        username_prefixes: vec![nodeauth_csr::NODE_PREFIX.to_owned()],
+        ..Requesters::default()
     }
 }

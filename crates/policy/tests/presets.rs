@@ -128,6 +128,102 @@ fn kcm_preset_reproduces_sarapprove() {
                 failed: &["usages.not_allowed"],
                 mentions: "",
             },
+            // The rows below follow shared/reference/upstream-kubernetes.md, "CSR approving"
+            // (sarapprove.go recognizers and helpers.go kubelet client validation).
+            Case {
+                name: "bootstrap: nodeclient allows even when selfnodeclient is denied",
+                facts: bootstrap_client("worker-1"),
+                context: sar(Some(true), Some(false)),
+                verdict: Verdict::Approve,
+                failed: &[],
+                mentions: "",
+            },
+            Case {
+                name: "renewal: selfnodeclient denied but nodeclient allowed (second recognizer)",
+                facts: renewal("worker-1"),
+                context: sar(Some(true), Some(false)),
+                verdict: Verdict::Approve,
+                failed: &[],
+                mentions: "",
+            },
+            Case {
+                name: "renewal: selfnodeclient not answered, nodeclient denied: abstain",
+                facts: renewal("worker-1"),
+                context: sar(Some(false), None),
+                verdict: Verdict::Abstain,
+                failed: &["sar.nodeclient_or_self"],
+                mentions: "selfnodeclient: no answer; nodeclient: denied",
+            },
+            Case {
+                name: "bootstrap: selfnodeclient alone does not help a non-self requester",
+                facts: bootstrap_client("worker-1"),
+                context: sar(None, Some(true)),
+                verdict: Verdict::Abstain,
+                failed: &["sar.nodeclient_or_self"],
+                mentions: "not applicable",
+            },
+            Case {
+                name: "client CSR with a DNS SAN is not a kubelet client CSR: abstain",
+                facts: {
+                    let pem = nodeauth_csr::CsrBuilder::kubelet_client("worker-1")
+                        .dns_name("worker-1")
+                        .build(&key())
+                        .expect("build");
+                    facts(
+                        CLIENT_SIGNER,
+                        BOOTSTRAP_USER,
+                        &[BOOTSTRAP_GROUP],
+                        &["digital signature", "client auth"],
+                        &pem,
+                    )
+                },
+                context: sar(Some(true), None),
+                verdict: Verdict::Abstain,
+                failed: &["sans.dns"],
+                mentions: "",
+            },
+            Case {
+                name: "organization system:masters is not a kubelet client CSR: abstain",
+                facts: {
+                    let pem = nodeauth_csr::CsrBuilder::new()
+                        .organization("system:masters")
+                        .common_name("system:node:worker-1")
+                        .build(&key())
+                        .expect("build");
+                    facts(
+                        CLIENT_SIGNER,
+                        BOOTSTRAP_USER,
+                        &[BOOTSTRAP_GROUP],
+                        &["digital signature", "client auth"],
+                        &pem,
+                    )
+                },
+                context: sar(Some(true), None),
+                verdict: Verdict::Abstain,
+                failed: &["subject.organization"],
+                mentions: "",
+            },
+            Case {
+                name: "CN without system:node: prefix: abstain",
+                facts: {
+                    let pem = nodeauth_csr::CsrBuilder::new()
+                        .organization("system:nodes")
+                        .common_name("worker-1")
+                        .build(&key())
+                        .expect("build");
+                    facts(
+                        CLIENT_SIGNER,
+                        BOOTSTRAP_USER,
+                        &[BOOTSTRAP_GROUP],
+                        &["digital signature", "client auth"],
+                        &pem,
+                    )
+                },
+                context: sar(Some(true), None),
+                verdict: Verdict::Abstain,
+                failed: &["subject.common_name"],
+                mentions: "",
+            },
             Case {
                 name: "kubelet-serving is never handled by kcm",
                 facts: serving_csr,
@@ -251,6 +347,30 @@ fn uncovered_signer_abstains_with_only_the_reason() {
         assert_eq!(decision.verdict, Verdict::Abstain);
         assert_eq!(decision.reasons.len(), 1);
         assert_eq!(decision.reasons[0].code, "policy.signer_not_covered");
+    }
+}
+
+#[test]
+fn kcm_never_denies() {
+    // Upstream never denies: whatever fails, the kcm preset abstains.
+    let cases = [
+        bootstrap_client("worker-1"),
+        renewal("worker-1"),
+        client("worker-2", "system:node:worker-1", &["system:nodes"]),
+        {
+            let mut f = bootstrap_client("worker-1");
+            f.usages = vec!["server auth".into()];
+            f
+        },
+    ];
+    let answers = [None, Some(false), Some(true)];
+    for facts in &cases {
+        for nodeclient in answers {
+            for selfnodeclient in answers {
+                let d = Policy::kcm().evaluate(facts, &sar(nodeclient, selfnodeclient));
+                assert_ne!(d.verdict, Verdict::Deny, "{d:#?}");
+            }
+        }
     }
 }
 

@@ -5,7 +5,8 @@ mod common;
 use common::*;
 use nodeauth_csr::CsrSigningKey;
 use nodeauth_policy::{
-    AttestationSummary, OnFailure, Policy, Requesters, Rule, SarAnswers, SarKind, Verdict,
+    AttestationSummary, KeyType, MachineFacts, MachineKind, OnFailure, Policy, Requesters, Rule,
+    SarAnswers, SarKind, Verdict,
 };
 use proptest::prelude::*;
 use proptest::sample::subsequence;
@@ -41,8 +42,31 @@ fn all_rules() -> Vec<Rule> {
             providers: vec!["tpm".into()],
         },
         Rule::SupersededByNewer,
+        Rule::MachineMustExist,
+        Rule::MachineNotLinked,
+        Rule::MachineBootstrapReady,
+        Rule::MachineCreatedWithin {
+            seconds: 3600,
+            clock_skew_seconds: 10,
+        },
+        Rule::SansWithinMachineAddresses,
+        Rule::ProviderIdMatchesMachine,
+        Rule::SansDnsMatch {
+            pattern: "worker-[0-9]+(\\.internal)?".into(),
+        },
+        Rule::SansHostnamePrefix { prefix: None },
+        Rule::SansIpInCidrs {
+            cidrs: vec!["10.0.0.0/24".into()],
+        },
+        Rule::SansMaxCount { max: 3 },
+        Rule::KeyAlgorithm {
+            allowed: vec![KeyType::EcdsaP256, KeyType::Rsa],
+            min_rsa_bits: Some(3072),
+        },
     ]
 }
+
+const RULES: usize = 24;
 
 #[derive(Debug, Clone)]
 struct Scenario {
@@ -58,6 +82,43 @@ struct Scenario {
     sar: (Option<bool>, Option<bool>),
     attestation: Option<Result<&'static str, &'static str>>,
     newer: bool,
+    machine: MachineScenario,
+}
+
+#[derive(Debug, Clone)]
+struct MachineScenario {
+    /// How many Machines match the node (0, 1 or 2).
+    matching: usize,
+    node_ref: Option<&'static str>,
+    bootstrap_ready: Option<bool>,
+    /// CSR creation minus Machine creation, in seconds.
+    age: i64,
+    provider_id: Option<&'static str>,
+    csr_provider_id: Option<&'static str>,
+}
+
+fn machine_scenario() -> impl Strategy<Value = MachineScenario> {
+    let pid = || prop_oneof![Just(None), Just(Some("p://1")), Just(Some("p://2"))];
+    (
+        0usize..=2,
+        prop_oneof![Just(None), Just(Some("worker-1")), Just(Some("worker-9"))],
+        prop_oneof![Just(None), Just(Some(true)), Just(Some(false))],
+        prop_oneof![Just(-60i64), Just(-5), Just(0), Just(600), Just(7200)],
+        pid(),
+        pid(),
+    )
+        .prop_map(
+            |(matching, node_ref, bootstrap_ready, age, provider_id, csr_provider_id)| {
+                MachineScenario {
+                    matching,
+                    node_ref,
+                    bootstrap_ready,
+                    age,
+                    provider_id,
+                    csr_provider_id,
+                }
+            },
+        )
 }
 
 fn scenario() -> impl Strategy<Value = Scenario> {
@@ -82,6 +143,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             Just(Some(Err("bad quote")))
         ],
         any::<bool>(),
+        machine_scenario(),
     )
         .prop_map(
             |(
@@ -93,6 +155,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 sar,
                 attestation,
                 newer,
+                machine,
             )| Scenario {
                 serving,
                 node,
@@ -106,6 +169,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
                 sar,
                 attestation,
                 newer,
+                machine,
             },
         )
 }
@@ -115,6 +179,9 @@ fn materialize(
     key: &CsrSigningKey,
 ) -> (nodeauth_policy::CsrFacts, nodeauth_policy::Context) {
     let mut builder = nodeauth_csr::CsrBuilder::kubelet_client(s.node);
+    if let Some(pid) = s.machine.csr_provider_id {
+        builder = builder.provider_id(pid);
+    }
     if s.serving {
         for d in &s.dns {
             builder = builder.dns_name(*d);
@@ -168,6 +235,35 @@ fn materialize(
         .map_err(str::to_owned)
     });
     ctx.newer_pending_from_same_node = s.newer;
+    let m = &s.machine;
+    for i in 0..m.matching {
+        ctx.machines.push(MachineFacts {
+            kind: MachineKind::ClusterApi,
+            namespace: "ns".into(),
+            name: format!("m-{i}"),
+            node_ref: m.node_ref.map(str::to_owned),
+            bootstrap_ready: m.bootstrap_ready,
+            addresses: vec![
+                ("InternalDNS".into(), s.node.into()),
+                ("InternalDNS".into(), "worker-1.internal".into()),
+                ("InternalIP".into(), "10.0.0.5".into()),
+            ],
+            provider_id: m.provider_id.map(str::to_owned),
+            created_at: jiff::Timestamp::from_second(f.created_at.as_second() - m.age)
+                .expect("time"),
+        });
+    }
+    // A Machine of another node, always present: it must never be used.
+    ctx.machines.push(MachineFacts {
+        kind: MachineKind::OpenShift,
+        namespace: "ns".into(),
+        name: "other".into(),
+        node_ref: Some("worker-7".into()),
+        bootstrap_ready: Some(true),
+        addresses: vec![("InternalDNS".into(), "worker-7".into())],
+        provider_id: Some("p://1".into()),
+        created_at: f.created_at,
+    });
     (f, ctx)
 }
 
@@ -182,12 +278,12 @@ fn policy(rules: Vec<Rule>, on_failure: OnFailure) -> Policy {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn verdict_does_not_depend_on_rule_order(
         s in scenario(),
-        rules in subsequence(all_rules(), 1..=13).prop_shuffle(),
+        rules in subsequence(all_rules(), 1..=RULES).prop_shuffle(),
         order in Just(()).prop_perturb(|_, mut rng| rng.random::<u64>()),
         on_failure in prop_oneof![Just(OnFailure::Deny), Just(OnFailure::Abstain)],
     ) {
@@ -195,11 +291,18 @@ proptest! {
         let (facts, ctx) = materialize(&s, &key);
         let original = policy(rules.clone(), on_failure).evaluate(&facts, &ctx);
         let mut shuffled = rules;
-        // Deterministic rotation and reversal driven by the generated seed.
-        let len = shuffled.len();
-        shuffled.rotate_left((order as usize) % len);
-        if order % 2 == 0 {
-            shuffled.reverse();
+        // A Fisher-Yates shuffle driven by the generated seed (splitmix64).
+        let mut state = order;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        for i in (1..shuffled.len()).rev() {
+            let j = (next() % (i as u64 + 1)) as usize;
+            shuffled.swap(i, j);
         }
         let reordered = policy(shuffled, on_failure).evaluate(&facts, &ctx);
         prop_assert_eq!(original.verdict, reordered.verdict);
@@ -213,7 +316,7 @@ proptest! {
     #[test]
     fn a_failed_rule_is_never_approved(
         s in scenario(),
-        rules in subsequence(all_rules(), 1..=13).prop_shuffle(),
+        rules in subsequence(all_rules(), 1..=RULES).prop_shuffle(),
     ) {
         let key = CsrSigningKey::generate_p256().expect("key");
         let (facts, ctx) = materialize(&s, &key);

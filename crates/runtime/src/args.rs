@@ -238,7 +238,17 @@ fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
 /// Parses a non-negative duration such as `15s`, `500ms`, `1m30s` or `2h`.
 ///
 /// Go-style units (as in other Kubernetes controllers' flags); ISO 8601 (`PT15S`) also works.
-pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+/// Binaries use it as clap's `value_parser` for duration flags.
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(nodeauth_runtime::parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+/// assert!(nodeauth_runtime::parse_duration("-5s").is_err());
+/// ```
+///
+/// # Errors
+/// A message naming the input when it is not a duration or is negative.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d: jiff::SignedDuration = s
         .parse()
         .map_err(|e| format!("expected a duration like 15s, 500ms or 1m30s, got {s:?}: {e}"))?;

@@ -76,7 +76,7 @@ mod runtime;
 mod server;
 mod shutdown;
 
-pub use args::{BindAddress, ControllerArgs, LogFormat};
+pub use args::{BindAddress, ControllerArgs, LogFormat, parse_duration};
 pub use client::kube_client;
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,

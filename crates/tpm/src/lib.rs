@@ -99,6 +99,7 @@ pub mod alg;
 mod attest;
 mod credential;
 mod ek;
+pub mod endpoint;
 mod error;
 mod evidence;
 pub mod kdf;

@@ -4,7 +4,9 @@
 use std::net::IpAddr;
 
 use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
-use nodeauth_policy::{Context, CsrFacts, NodeFacts};
+use nodeauth_policy::{
+    AttestationSummary, Context, CsrFacts, MachineFacts, MachineKind, NodeFacts,
+};
 
 pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
@@ -80,4 +82,46 @@ pub fn node(name: &str, addresses: &[(&str, &str)]) -> NodeFacts {
             .map(|(t, a)| ((*t).to_owned(), (*a).to_owned()))
             .collect(),
     }
+}
+
+pub const T0: &str = "2025-01-01T00:00:00Z";
+
+/// A Machine created at `created_at`, with these addresses.
+pub fn machine(
+    kind: MachineKind,
+    name: &str,
+    created_at: &str,
+    addresses: &[(&str, &str)],
+) -> MachineFacts {
+    MachineFacts {
+        kind,
+        namespace: "machines".to_owned(),
+        name: name.to_owned(),
+        node_ref: None,
+        bootstrap_ready: None,
+        addresses: addresses
+            .iter()
+            .map(|(t, a)| ((*t).to_owned(), (*a).to_owned()))
+            .collect(),
+        provider_id: None,
+        created_at: created_at.parse().expect("time"),
+    }
+}
+
+/// A verified attestation by `provider` proving `provider_id`.
+pub fn attested(
+    provider: &str,
+    provider_id: Option<&str>,
+) -> Option<Result<AttestationSummary, String>> {
+    Some(Ok(AttestationSummary {
+        provider: provider.to_owned(),
+        machine_name: "m-1".to_owned(),
+        provider_id: provider_id.map(str::to_owned),
+    }))
+}
+
+/// Facts for a PEM built by the caller, created at `created_at`.
+pub fn facts_at(mut facts: CsrFacts, created_at: &str) -> CsrFacts {
+    facts.created_at = created_at.parse().expect("time");
+    facts
 }

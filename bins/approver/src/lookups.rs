@@ -1,0 +1,210 @@
+//! What the policy reads but the CSR does not carry: SubjectAccessReview answers and
+//! attestation outcomes. Each is looked up only when the deciding policy has a rule that reads it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use nodeauth_attest::providers::insecure::InsecureVerifier;
+use nodeauth_attest::{Envelope, InMemoryReplayCache, Purpose, Registry, kube_tofu::KubeTofuStore};
+use nodeauth_policy::{AttestationSummary, CsrFacts, SarAnswers};
+use nodeauth_tpm::provider::TpmAttestVerifier;
+use nodeauth_tpm::{EkCaBundle, TicketKey, TpmVerifier, VerifierConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    #[error("creating a SubjectAccessReview: {0}")]
+    Sar(#[source] kube::Error),
+    #[error("attestation could not be checked now (will retry): {0}")]
+    AttestationTransient(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("unknown attestation provider {0:?} (this approver verifies: insecure, tpm)")]
+    UnknownProvider(String),
+    #[error("--attestation-provider=tpm needs --tpm-ek-ca and --tpm-ticket-key-file")]
+    TpmUnconfigured,
+    #[error("--tpm-ek-ca: {0}")]
+    EkCa(String),
+}
+
+/// What the `tpm` provider needs.
+pub struct TpmConfig {
+    /// PEM bundle of the EK manufacturer CAs.
+    pub ek_ca_pem: String,
+    /// The key that signs activation tickets (shared by all replicas).
+    pub ticket_key: [u8; 32],
+}
+
+/// Asks upstream's two SubjectAccessReviews for the CSR's requester: may it create
+/// `certificatesigningrequests/nodeclient` (any node's client certificate) and
+/// `certificatesigningrequests/selfnodeclient` (its own renewal)?
+pub async fn subject_access_reviews(
+    client: &kube::Client,
+    facts: &CsrFacts,
+) -> Result<SarAnswers, LookupError> {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let ask = |subresource: &'static str| {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(facts.username.clone()),
+                uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
+                groups: Some(facts.groups.clone()),
+                extra: Some(facts.extra.clone().into_iter().collect())
+                    .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some("certificates.k8s.io".into()),
+                    resource: Some("certificatesigningrequests".into()),
+                    verb: Some("create".into()),
+                    subresource: Some(subresource.into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = api.clone();
+        async move {
+            api.create(&PostParams::default(), &review)
+                .await
+                .map(|r| r.status.is_some_and(|s| s.allowed))
+                .map_err(LookupError::Sar)
+        }
+    };
+    let (nodeclient, selfnodeclient) =
+        futures::try_join!(ask("nodeclient"), ask("selfnodeclient"))?;
+    Ok(SarAnswers {
+        nodeclient: Some(nodeclient),
+        selfnodeclient: Some(selfnodeclient),
+    })
+}
+
+/// Verifies attestation evidence in CSRs with the configured providers. A verified outcome is
+/// remembered per CSR uid: confirming consumes single-use nonces, so verifying the same CSR
+/// again (after a write conflict, say) would look like a replay.
+pub struct Attestation {
+    registry: Registry,
+    replay: InMemoryReplayCache,
+    tofu: KubeTofuStore,
+    outcomes: Mutex<HashMap<String, Result<AttestationSummary, String>>>,
+}
+
+/// Outcomes kept per CSR uid before the oldest are forgotten.
+const MAX_REMEMBERED: usize = 50_000;
+
+impl Attestation {
+    /// The registry of `providers`; with `tpm`, also the TPM verifier the attestation endpoint
+    /// serves challenges from.
+    pub fn new(
+        providers: &[String],
+        tpm: Option<TpmConfig>,
+        client: kube::Client,
+        tofu_namespace: &str,
+    ) -> Result<(Arc<Self>, Option<Arc<TpmAttestVerifier>>), SetupError> {
+        let mut registry = Registry::new();
+        let mut tpm_verifier = None;
+        let mut tpm = tpm;
+        for p in providers {
+            match p.as_str() {
+                "insecure" => {
+                    let _ = registry.register(Arc::new(InsecureVerifier));
+                }
+                "tpm" => {
+                    let config = tpm.take().ok_or(SetupError::TpmUnconfigured)?;
+                    let mut ek_ca = EkCaBundle::new();
+                    ek_ca
+                        .add_pem(&config.ek_ca_pem)
+                        .map_err(|e| SetupError::EkCa(e.to_string()))?;
+                    if ek_ca.is_empty() {
+                        return Err(SetupError::EkCa("no certificate in the bundle".into()));
+                    }
+                    let verifier = Arc::new(TpmAttestVerifier::new(TpmVerifier::new(
+                        VerifierConfig::new(ek_ca, TicketKey::new(config.ticket_key)),
+                        Arc::new(nodeauth_tpm::InMemoryReplayCache::new()),
+                        Arc::new(nodeauth_tpm::InMemoryTofuStore::new()),
+                    )));
+                    let _ = registry.register(verifier.clone());
+                    tpm_verifier = Some(verifier);
+                }
+                other => return Err(SetupError::UnknownProvider(other.to_owned())),
+            }
+        }
+        let attestation = Arc::new(Attestation {
+            registry,
+            replay: InMemoryReplayCache::new(),
+            tofu: KubeTofuStore::new(client, tofu_namespace),
+            outcomes: Mutex::new(HashMap::new()),
+        });
+        Ok((attestation, tpm_verifier))
+    }
+
+    /// `None` when the CSR carries no attestation; otherwise the (remembered) outcome.
+    pub async fn check(
+        &self,
+        uid: &str,
+        facts: &CsrFacts,
+    ) -> Result<Option<Result<AttestationSummary, String>>, LookupError> {
+        match Envelope::from_csr(&facts.request) {
+            Ok(None) => return Ok(None),
+            Ok(Some(_)) => {}
+            Err(e) => return Ok(Some(Err(format!("malformed attestation envelope: {e}")))),
+        }
+        if let Some(known) = self.remembered(uid) {
+            return Ok(Some(known));
+        }
+        let now = SystemTime::now();
+        let outcome = match self.registry.verify(&facts.request, purpose(facts), now) {
+            Err(e) => Err(e.to_string()),
+            Ok(verified) => match verified.confirm(&self.replay, &self.tofu, now).await {
+                Ok(identity) => {
+                    for w in &identity.warnings {
+                        tracing::warn!(provider = %identity.provider, warning = %w, "attestation");
+                    }
+                    Ok(AttestationSummary {
+                        provider: identity.provider,
+                        machine_name: identity.machine_name,
+                        provider_id: identity.provider_id,
+                    })
+                }
+                Err(e) if e.is_transient() => {
+                    return Err(LookupError::AttestationTransient(e.to_string()));
+                }
+                Err(e) => Err(e.to_string()),
+            },
+        };
+        self.remember(uid, outcome.clone());
+        Ok(Some(outcome))
+    }
+
+    fn remembered(&self, uid: &str) -> Option<Result<AttestationSummary, String>> {
+        self.outcomes.lock().ok()?.get(uid).cloned()
+    }
+
+    fn remember(&self, uid: &str, outcome: Result<AttestationSummary, String>) {
+        if uid.is_empty() {
+            return;
+        }
+        if let Ok(mut map) = self.outcomes.lock() {
+            if map.len() >= MAX_REMEMBERED {
+                map.clear();
+            }
+            map.insert(uid.to_owned(), outcome);
+        }
+    }
+}
+
+/// Which certificate the CSR asks for, as attestation verifiers distinguish them.
+pub fn purpose(facts: &CsrFacts) -> Purpose {
+    if facts.signer_name == nodeauth_csr::KUBELET_SERVING {
+        Purpose::Serving
+    } else if facts.common_name() == Some(facts.username.as_str()) {
+        Purpose::ClientRenewal
+    } else {
+        Purpose::ClientBootstrap
+    }
+}

@@ -1,0 +1,247 @@
+//! `approver`: decides node CertificateSigningRequests by policy and explains every decision.
+//!
+//! The program is wiring; the decisions are `nodeauth-policy`'s:
+//! - a kube-runtime `Controller` on CSRs; Nodes come from a reflector (no per-CSR GETs);
+//! - for each pending CSR, the first policy covering its signer and requester decides
+//!   (`decide.rs`); SubjectAccessReviews and attestation are looked up only when that policy's
+//!   rules read them;
+//! - Approved or Denied is written through the `approval` subresource carrying the
+//!   resourceVersion that was read, so a CSR is never decided twice (a conflict means someone
+//!   else wrote first; the next look sees their decision), plus an Event and a log line;
+//! - Abstain writes nothing: another approver may own the CSR;
+//! - `--dry-run` records the decision in an annotation and the log and decides nothing;
+//! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
+
+mod decide;
+mod endpoint;
+mod inventory;
+mod lookups;
+mod metrics;
+mod policies;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, watcher};
+use nodeauth_runtime::{CancellationToken, ControllerArgs, ControllerRuntime, init_logging};
+
+/// Approve or deny node CSRs (kubelet client and serving certificates, or any signer a policy
+/// names) by declarative policy, writing every failed rule into the CSR's condition.
+///
+/// Policies: `--policy FILE` (YAML, one or more documents separated by `---`) and `--preset
+/// NAME` (kcm, serving, openshift, capi), in the order given. For each CSR, the first policy
+/// whose `signers` and `requesters` cover it decides; a CSR no policy covers is left alone.
+///
+/// RBAC (see deploy/approver/rbac.yaml): get/list/watch CSRs and Nodes, update
+/// certificatesigningrequests/approval, `approve` on certificates.k8s.io/signers for the
+/// configured signer names only, create SubjectAccessReviews (for SAR rules), Leases and Events.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    /// A policy file (YAML; several documents allowed). Repeatable; order matters.
+    #[arg(long = "policy", env = "NODEAUTH_POLICY", value_delimiter = ',')]
+    policies: Vec<PathBuf>,
+
+    /// A built-in policy: kcm, serving, openshift or capi. Repeatable; evaluated after
+    /// the --policy files.
+    #[arg(long = "preset", env = "NODEAUTH_PRESET", value_delimiter = ',')]
+    presets: Vec<String>,
+
+    /// Also serve policies from NodeAuthPolicy objects (deploy/approver/crd.yaml), evaluated
+    /// after --policy and --preset, in name order, and picked up as they change.
+    #[arg(long, env = "NODEAUTH_POLICY_CRD")]
+    policy_crd: bool,
+
+    /// Machine inventories to read for machine rules: capi (machines.cluster.x-k8s.io) and/or
+    /// openshift (machines.machine.openshift.io). Their CRDs must be installed.
+    #[arg(long = "machines", env = "NODEAUTH_MACHINES", value_delimiter = ',', value_parser = ["capi", "openshift"])]
+    machines: Vec<String>,
+
+    /// Evaluate and record each decision in the annotation `nodeauth.io/dry-run-decision` and
+    /// the log, but approve and deny nothing (audit mode).
+    #[arg(long, env = "NODEAUTH_DRY_RUN")]
+    dry_run: bool,
+
+    /// How long a CSR may wait for its Node to appear before rules that need the Node deny it
+    /// (a kubelet can create its serving CSR just before the approver's Node cache sees it).
+    #[arg(long, env = "NODEAUTH_NODE_WAIT", default_value = "30s", value_parser = nodeauth_runtime::parse_duration)]
+    node_wait: Duration,
+
+    /// Attestation providers whose evidence is verified: `insecure` (tests and development
+    /// only: proves nothing). Empty: attested CSRs fail `attestation` rules.
+    #[arg(
+        long = "attestation-provider",
+        env = "NODEAUTH_ATTESTATION_PROVIDERS",
+        value_delimiter = ','
+    )]
+    attestation_providers: Vec<String>,
+
+    /// PEM bundle of TPM manufacturer CAs that EK certificates must chain to (provider tpm).
+    #[arg(long, env = "NODEAUTH_TPM_EK_CA", value_name = "FILE")]
+    tpm_ek_ca: Option<PathBuf>,
+
+    /// File with the 32-byte key that signs TPM activation tickets (raw, or 64 hex digits);
+    /// every replica needs the same key (mount one Secret).
+    #[arg(long, env = "NODEAUTH_TPM_TICKET_KEY_FILE", value_name = "FILE")]
+    tpm_ticket_key_file: Option<PathBuf>,
+
+    /// Serve the attestation endpoint (TPM challenges) here, e.g. 0.0.0.0:8443. Nodes using
+    /// `agent --attestation tpm` call it before creating their CSR.
+    #[arg(long, env = "NODEAUTH_ATTESTATION_BIND_ADDRESS", value_name = "ADDR")]
+    attestation_bind_address: Option<std::net::SocketAddr>,
+
+    /// Namespace of the trust-on-first-use bindings (ConfigMaps) of verified attestations.
+    #[arg(
+        long,
+        env = "NODEAUTH_TOFU_NAMESPACE",
+        default_value = "nodeauth-system"
+    )]
+    tofu_namespace: String,
+
+    #[command(flatten)]
+    runtime: ControllerArgs,
+}
+
+const CONTROLLER: &str = "approver";
+
+/// A ticket key file: 32 raw bytes, or 64 hex digits (surrounding whitespace ignored).
+fn read_ticket_key(path: &std::path::Path) -> Result<[u8; 32], String> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| format!("--tpm-ticket-key-file {}: {e}", path.display()))?;
+    if let Ok(raw) = <[u8; 32]>::try_from(bytes.as_slice()) {
+        return Ok(raw);
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let hex = text.trim();
+    let mut key = [0u8; 32];
+    if hex.len() != 64 {
+        return Err(format!(
+            "--tpm-ticket-key-file {}: expected 32 bytes or 64 hex digits",
+            path.display()
+        ));
+    }
+    for (i, slot) in key.iter_mut().enumerate() {
+        *slot = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or(""), 16)
+            .map_err(|_| format!("--tpm-ticket-key-file {}: not hex", path.display()))?;
+    }
+    Ok(key)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
+    let flag_policies = policies::load(&cli.policies, &cli.presets)?;
+    if flag_policies.is_empty() && !cli.policy_crd {
+        return Err(policies::LoadError::Empty.into());
+    }
+    tracing::info!(
+        policies = ?flag_policies.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        policy_crd = cli.policy_crd,
+        dry_run = cli.dry_run,
+        "policies loaded"
+    );
+    let policies = Arc::new(policies::Policies::new(flag_policies));
+    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let client = rt.client().clone();
+    let metrics = metrics::Metrics::register(rt.metrics());
+    let tpm = match (&cli.tpm_ek_ca, &cli.tpm_ticket_key_file) {
+        (Some(ca), Some(key)) => Some(lookups::TpmConfig {
+            ek_ca_pem: std::fs::read_to_string(ca)
+                .map_err(|e| format!("--tpm-ek-ca {}: {e}", ca.display()))?,
+            ticket_key: read_ticket_key(key)?,
+        }),
+        _ => None,
+    };
+    let (attestation, tpm_verifier) = lookups::Attestation::new(
+        &cli.attestation_providers,
+        tpm,
+        client.clone(),
+        &cli.tofu_namespace,
+    )?;
+    if let Some(addr) = cli.attestation_bind_address {
+        let verifier =
+            tpm_verifier.ok_or("--attestation-bind-address needs --attestation-provider=tpm")?;
+        let stop = rt.shutdown().token();
+        tokio::spawn(async move {
+            if let Err(e) = endpoint::serve(addr, verifier, stop).await {
+                tracing::error!(%addr, error = %e, "the attestation endpoint failed");
+            }
+        });
+    }
+    let events = rt.events();
+    let reconciles = rt.metrics().reconcile().clone();
+    let synced = rt.health().readiness_gate("caches-synced");
+    rt.run(move |stop: CancellationToken| async move {
+        let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+        let nodes_api: Api<Node> = Api::all(client.clone());
+        let (nodes, node_writer) = reflector::store();
+        let drive_nodes =
+            reflector::reflector(node_writer, watcher(nodes_api, watcher::Config::default()))
+                .default_backoff()
+                .touched_objects()
+                .for_each(|r| {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "watching nodes");
+                    }
+                    async {}
+                });
+        let inventory = inventory::Inventory::start(
+            &client,
+            &cli.machines,
+            cli.policy_crd.then(|| policies.clone()),
+            events.clone(),
+        );
+        let controller = Controller::new(csrs.clone(), watcher::Config::default());
+        let ctx = Arc::new(decide::Ctx {
+            client: client.clone(),
+            csrs,
+            nodes: nodes.clone(),
+            csr_store: controller.store(),
+            machines: inventory.machines.clone(),
+            policies,
+            dry_run: cli.dry_run,
+            node_wait: cli.node_wait,
+            attestation,
+            events,
+            metrics: metrics.clone(),
+            reconciles,
+            failures: Default::default(),
+        });
+        tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
+        let caches = inventory.ready();
+        let run_controller = async move {
+            // Deciding with an empty Node cache would approve impostors ("no node of that
+            // name"); likewise for Machines and served policies: wait for the first lists.
+            if nodes.wait_until_ready().await.is_err() || !caches.await {
+                return;
+            }
+            synced.set_ready(true);
+            controller
+                .graceful_shutdown_on(stop.cancelled_owned())
+                .run(decide::reconcile, decide::error_policy, ctx)
+                .for_each(|res| async move {
+                    if let Err(e) = res {
+                        tracing::debug!(error = %e, "reconcile");
+                    }
+                })
+                .await;
+        };
+        tokio::select! {
+            () = drive_nodes => tracing::error!("the node watch ended"),
+            () = inventory.run() => tracing::error!("the machine/policy watches ended"),
+            () = run_controller => {}
+        }
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .await?;
+    Ok(())
+}

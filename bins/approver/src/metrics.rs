@@ -1,0 +1,123 @@
+//! The approver's own metrics (besides nodeauth-runtime's reconcile and leader metrics).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodeauth_policy::k8s::csr_state;
+use nodeauth_runtime::CancellationToken;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+
+use crate::decide::Ctx;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub verdict: String,
+    pub signer: String,
+    pub policy: String,
+    pub dry_run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub code: String,
+    pub signer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignerLabels {
+    pub signer: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    /// `nodeauth_approver_decisions_total{verdict,signer,policy,dry_run}`.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// `nodeauth_approver_rule_failures_total{code,signer}`: failed rules of decisions made.
+    pub rule_failures: Family<RuleLabels, Counter>,
+    /// `nodeauth_approver_evaluation_seconds`: policy evaluation alone (facts already looked up).
+    pub evaluation: Histogram,
+    /// `nodeauth_approver_pending_csrs{signer}`: CSRs without a decision, per signer.
+    pub pending: Family<SignerLabels, Gauge>,
+    /// `nodeauth_approver_oldest_pending_seconds{signer}`: age of the oldest pending CSR.
+    pub oldest_pending: Family<SignerLabels, Gauge>,
+}
+
+impl Metrics {
+    pub fn register(registry: &nodeauth_runtime::Metrics) -> Self {
+        let m = Metrics {
+            decisions: Family::default(),
+            rule_failures: Family::default(),
+            evaluation: Histogram::new([1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2]),
+            pending: Family::default(),
+            oldest_pending: Family::default(),
+        };
+        registry.register(
+            "nodeauth_approver_decisions",
+            "Decisions made (written, or recorded in dry-run), by verdict, signer and policy",
+            m.decisions.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_rule_failures",
+            "Failed rules in decisions made, by rule code and signer",
+            m.rule_failures.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_evaluation_seconds",
+            "Time to evaluate one CSR against its policy (lookups excluded)",
+            m.evaluation.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_pending_csrs",
+            "CSRs with no Approved, Denied or Failed condition, by signer",
+            m.pending.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_oldest_pending_seconds",
+            "Age of the oldest CSR with no decision, by signer",
+            m.oldest_pending.clone(),
+        );
+        m
+    }
+}
+
+/// Refreshes the pending gauges from the CSR cache every few seconds until `stop`.
+pub async fn track_pending(ctx: Arc<Ctx>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = jiff::Timestamp::now();
+        let mut per_signer: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+        for csr in ctx.csr_store.state() {
+            let entry = per_signer.entry(csr.spec.signer_name.clone()).or_default();
+            if csr_state(&csr).is_decided() {
+                continue;
+            }
+            entry.0 += 1;
+            if let Some(created) = &csr.metadata.creation_timestamp {
+                let age = now.duration_since(created.0).as_secs().max(0);
+                entry.1 = entry.1.max(age);
+            }
+        }
+        // Signers seen once keep a series (at 0) so alerts see the drop.
+        for signer in &seen {
+            per_signer.entry(String::clone(signer)).or_default();
+        }
+        for (signer, (count, oldest)) in per_signer {
+            seen.insert(signer.clone());
+            let labels = SignerLabels { signer };
+            ctx.metrics.pending.get_or_create(&labels).set(count);
+            ctx.metrics
+                .oldest_pending
+                .get_or_create(&labels)
+                .set(oldest);
+        }
+    }
+}

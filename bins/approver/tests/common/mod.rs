@@ -1,0 +1,251 @@
+//! Shared by the approver's integration tests: run the approver under deploy/approver RBAC with
+//! deploy/approver/policy.yaml, and make CSRs, Nodes and requesters.
+
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::wait::await_condition;
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_policy::k8s::{CsrState, csr_state};
+use nodeauth_testenv::process::Process;
+use nodeauth_testenv::{ControlPlane, Credential, manifests, unique_name};
+
+pub fn cp() -> &'static ControlPlane {
+    ControlPlane::shared().expect("control plane")
+}
+
+pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// A running approver.
+pub struct Approver {
+    pub process: Process,
+    pub metrics_port: u16,
+    pub health_port: u16,
+}
+
+impl Approver {
+    /// The sum of a metric's samples whose line contains every `needle`.
+    pub fn metric(&self, name: &str, needles: &[&str]) -> f64 {
+        let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
+        body.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter(|l| needles.iter().all(|n| l.contains(n)))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(
+            manifests::http_get(self.health_port, "/readyz"),
+            Ok((200, _))
+        )
+    }
+}
+
+/// The documented policy.
+pub fn policy_path() -> std::path::PathBuf {
+    manifests::deploy_dir().join("approver/policy.yaml")
+}
+
+/// Starts the approver as its ServiceAccount from deploy/approver/rbac.yaml. `wait_ready`:
+/// wait until it leads and its caches synced.
+pub async fn start_approver(extra: &[String], wait_ready: bool) -> Approver {
+    let mut args = vec![format!("--policy={}", policy_path().display())];
+    args.extend_from_slice(extra);
+    start_approver_with(&args, wait_ready).await
+}
+
+/// Starts the approver as its ServiceAccount with these arguments (and no default policy).
+pub async fn start_approver_with(extra: &[String], wait_ready: bool) -> Approver {
+    let kubeconfig = cp()
+        .deploy_rbac("approver", "nodeauth-approver")
+        .await
+        .expect("deploy RBAC");
+    let metrics_port = manifests::free_port().unwrap();
+    let health_port = manifests::free_port().unwrap();
+    let mut args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect-namespace=nodeauth-system".into(),
+        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+        format!("--health-bind-address=127.0.0.1:{health_port}"),
+        "--log-format=json".into(),
+        "--log-level=debug".into(),
+    ];
+    args.extend_from_slice(extra);
+    let process = cp()
+        .start_program(
+            &unique_name("approver"),
+            Path::new(env!("CARGO_BIN_EXE_approver")),
+            &args,
+        )
+        .expect("approver");
+    let approver = Approver {
+        process,
+        metrics_port,
+        health_port,
+    };
+    if wait_ready {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !approver.is_ready() {
+            assert!(
+                Instant::now() < deadline,
+                "approver not ready:\n{}",
+                approver.process.log_tail(40)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    approver
+}
+
+/// A client authenticated with a fresh bootstrap token (group system:bootstrappers) that may
+/// create CSRs, as kubeadm sets up.
+pub async fn bootstrap_client() -> kube::Client {
+    let admin = cp().admin_client().await.unwrap();
+    let group = "system:bootstrappers:nodeauth-test";
+    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
+        .await
+        .unwrap();
+    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+        .await
+        .unwrap();
+    cp().client(&Credential::Token(token)).await.unwrap()
+}
+
+/// A client for `system:node:<name>` that may create CSRs (kubelets may: kubeadm binds them).
+pub async fn node_client(name: &str) -> kube::Client {
+    let admin = cp().admin_client().await.unwrap();
+    nodeauth_testenv::bind_cluster_role_to_group(
+        &admin,
+        "nodeauth-test-nodes-create-csrs",
+        "system:node-bootstrapper",
+        "system:nodes",
+    )
+    .await
+    .unwrap();
+    cp().node_client(name).await.unwrap()
+}
+
+/// Creates a Node with these addresses (type, address).
+pub async fn create_node(name: &str, addresses: &[(&str, &str)]) {
+    let admin = cp().admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin);
+    nodes
+        .create(
+            &PostParams::default(),
+            &Node {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let status = NodeStatus {
+        addresses: Some(
+            addresses
+                .iter()
+                .map(|(t, a)| NodeAddress {
+                    type_: (*t).into(),
+                    address: (*a).into(),
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Creates a CSR from `pem` with `client`'s identity; returns its name.
+pub async fn create_csr(
+    client: &kube::Client,
+    signer: &str,
+    usages: &[&str],
+    pem: String,
+) -> String {
+    let name = unique_name("csr");
+    Api::<CertificateSigningRequest>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &CertificateSigningRequest {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                spec: CertificateSigningRequestSpec {
+                    request: k8s_openapi::ByteString(pem.into_bytes()),
+                    signer_name: signer.into(),
+                    usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
+                    ..Default::default()
+                },
+                status: None,
+            },
+        )
+        .await
+        .unwrap();
+    name
+}
+
+pub const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
+pub const SERVING_USAGES: &[&str] = &["digital signature", "server auth"];
+
+/// A kubelet client CSR for `node`, created with `client`.
+pub async fn client_csr(client: &kube::Client, node: &str) -> String {
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(node).build(&key).unwrap();
+    create_csr(client, CLIENT_SIGNER, CLIENT_USAGES, pem).await
+}
+
+/// Waits until the CSR is decided and returns it.
+pub async fn decided(name: &str, secs: u64) -> CertificateSigningRequest {
+    let admin = cp().admin_client().await.unwrap();
+    let api: Api<CertificateSigningRequest> = Api::all(admin);
+    let found = tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| csr_state(c).is_decided())
+        }),
+    )
+    .await;
+    match found {
+        Ok(Ok(Some(csr))) => csr,
+        other => panic!("CSR {name} not decided within {secs}s: {other:?}"),
+    }
+}
+
+/// The decision conditions (Approved/Denied) of a CSR: (type, reason, message).
+pub fn decisions(csr: &CertificateSigningRequest) -> Vec<(String, String, String)> {
+    csr.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+pub fn state(csr: &CertificateSigningRequest) -> CsrState {
+    csr_state(csr)
+}
