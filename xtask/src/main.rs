@@ -6,6 +6,8 @@
 //! - `cluster up|down|status`: a local control plane for people to use.
 //! - `test`: everything CI runs (the README's test command).
 //! - `demo`: the README's main command.
+//! - `bench micro [--quick]`: micro-benchmarks against upstream's Go code, as a ratio table.
+//! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line program talks on stdout/stderr
@@ -17,7 +19,10 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use nodeauth_testenv::{cluster, k8s};
 
+mod bench;
+mod chart;
 mod demo;
+mod tools;
 
 /// nodeauth project automation.
 #[derive(Debug, Parser)]
@@ -30,7 +35,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Install what this machine lacks: Debian packages (swtpm, swtpm-tools, tpm2-tools,
-    /// libtss2-dev, pkg-config, openssl) and the Kubernetes binaries.
+    /// libtss2-dev, pkg-config, openssl), the Kubernetes binaries and Helm.
     Setup,
     /// The upstream Kubernetes binaries the harness runs.
     #[command(subcommand)]
@@ -47,6 +52,20 @@ enum Cmd {
     },
     /// The end-to-end demo on a local control plane.
     Demo,
+    /// Benchmarks against upstream (`bench micro [--quick]`).
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+    /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
+    #[command(subcommand)]
+    Chart(ChartCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum ChartCmd {
+    /// Regenerate charts/nodeauth's copies of deploy/ (RBAC, the approver's policy and CRD).
+    Sync,
+    /// Fail if a generated chart file differs from its source in deploy/.
+    Check,
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +131,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             setup()?;
             demo::run(&cluster_state_dir())
         }
+        Cmd::Bench(b) => bench::run(b),
+        Cmd::Chart(c) => chart_cmd(&c),
     }
 }
 
@@ -184,6 +205,30 @@ fn cluster_cmd(c: ClusterCmd) -> Result<ExitCode> {
     }
 }
 
+fn chart_cmd(c: &ChartCmd) -> Result<ExitCode> {
+    let root = workspace_root();
+    match c {
+        ChartCmd::Sync => {
+            for path in chart::sync(&root)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ChartCmd::Check => {
+            let stale = chart::stale(&root)?;
+            for s in &stale {
+                println!("{s}");
+            }
+            Ok(if stale.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                println!("run `cargo xtask chart sync`");
+                ExitCode::FAILURE
+            })
+        }
+    }
+}
+
 fn print_usage(server: &str, kubeconfig: &Path) {
     println!();
     println!("  server:      {server}");
@@ -245,6 +290,8 @@ fn setup() -> Result<()> {
         apt(&args)?;
     }
     k8s::build(&mut std::io::stdout())?;
+    // Helm for the chart tests (xtask/tests/chart*.rs).
+    tools::HELM.ensure()?;
     Ok(())
 }
 

@@ -194,7 +194,9 @@ async fn lookup(
     if reads(|r| matches!(r, Rule::SupersededByNewer)) {
         context.newer_pending_from_same_node = newer_pending(csr, facts, ctx);
     }
-    if let Some(node) = facts.node_name() {
+    if let Some(node) = facts.node_name()
+        && policy.rules.iter().any(Rule::reads_machines)
+    {
         context.machines = crate::inventory::machines_for(&ctx.machines, node);
     }
     Ok(context)

@@ -63,9 +63,12 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
         .start_kubelet(&KubeletOptions::bootstrap(&name, bootstrap.clone()))
         .expect("kubelet");
     let nodes: Api<Node> = Api::all(admin.clone());
-    if tokio::time::timeout(Duration::from_secs(90), await_condition(nodes.clone(), &name, ready))
-        .await
-        .is_err()
+    if tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(nodes.clone(), &name, ready),
+    )
+    .await
+    .is_err()
     {
         panic!("node not Ready:\n{}", kubelet.process_mut().log_tail(40));
     }
@@ -107,7 +110,10 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
     let d = decisions(&denied);
     assert!(d[0].2.contains("node.must_not_exist"), "{}", d[0].2);
     assert!(
-        !impostor.cert_dir().join("kubelet-client-current.pem").exists(),
+        !impostor
+            .cert_dir()
+            .join("kubelet-client-current.pem")
+            .exists(),
         "the impostor got no client certificate"
     );
     // The real node is still Ready.

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bootstrap_kubeconfig;
 mod cluster_info;
 mod csr;
 mod csr_decide;
@@ -34,6 +35,9 @@ enum Command {
     /// Publish, sign and verify the kube-public/cluster-info discovery document.
     #[command(subcommand)]
     ClusterInfo(cluster_info::ClusterInfoCommand),
+    /// Write the kubeconfig a node agent bootstraps with (bootstrap token, ServiceAccount token).
+    #[command(subcommand)]
+    BootstrapKubeconfig(bootstrap_kubeconfig::BootstrapKubeconfigCommand),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Token(cmd) => token::run(cmd),
         Command::CaHash(args) => token::run_ca_hash(args),
         Command::ClusterInfo(cmd) => cluster_info::run(cmd),
+        Command::BootstrapKubeconfig(cmd) => bootstrap_kubeconfig::run(cmd),
     }
 }
 

@@ -70,11 +70,7 @@ impl Decision {
     /// ends with `…`.
     pub fn condition_message(&self) -> String {
         use std::fmt::Write as _;
-        let policy = if self.policy.is_empty() {
-            "no policy"
-        } else {
-            self.policy.as_str()
-        };
+        let policy = self.policy.as_str();
         let mut out = String::with_capacity(256);
         // Writing to a String cannot fail.
         let _ = match self.verdict {
@@ -84,7 +80,8 @@ impl Decision {
                 self.reasons.len()
             ),
             Verdict::Deny => write!(out, "denied by policy {policy}: "),
-            Verdict::Abstain => write!(out, "not decided by {policy}: "),
+            Verdict::Abstain if policy.is_empty() => write!(out, "left alone: "),
+            Verdict::Abstain => write!(out, "left alone by policy {policy}: "),
         };
         if self.verdict != Verdict::Approve {
             for (i, failure) in self.failures().enumerate() {

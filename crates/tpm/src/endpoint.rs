@@ -163,10 +163,12 @@ impl ChallengeResponse {
 /// # Errors
 /// An [`EndpointError`] for field `id`.
 pub fn decode_id(text: &str) -> Result<[u8; 16], EndpointError> {
-    unb64("id", text)?.try_into().map_err(|v: Vec<u8>| EndpointError {
-        field: "id",
-        reason: format!("must be 16 bytes, got {}", v.len()),
-    })
+    unb64("id", text)?
+        .try_into()
+        .map_err(|v: Vec<u8>| EndpointError {
+            field: "id",
+            reason: format!("must be 16 bytes, got {}", v.len()),
+        })
 }
 
 /// The agent's answer: the secret ActivateCredential recovered.
@@ -266,8 +268,8 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused() {
-        let e = serde_json::from_str::<ActivateRequest>(r#"{"id":"","proof":"","x":1}"#)
-            .unwrap_err();
+        let e =
+            serde_json::from_str::<ActivateRequest>(r#"{"id":"","proof":"","x":1}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field"), "{e}");
     }
 

@@ -1,0 +1,268 @@
+//! Shared by the agent's integration tests: the control plane, the certificate issuers, tokens
+//! the issuers honour, and running the `agent` binary.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::runtime::wait::await_condition;
+use nodeauth_testenv::{
+    ControlPlane, Credential, Kcm, KcmOptions, bind_cluster_role_to_group,
+    bind_kubeadm_node_bootstrap, manifests, unique_name,
+};
+
+pub fn cp() -> &'static ControlPlane {
+    ControlPlane::shared().expect("control plane")
+}
+
+/// Starts what approves and signs node client CSRs, once per test binary.
+///
+/// Today: upstream kube-controller-manager's `csrapproving` + `csrsigning` (with kubeadm's
+/// RBAC bindings, see [`node_token`]) and its `bootstrapsigner` for cluster-info signatures.
+/// This is the one place to swap in nodeauth's own approver and signer.
+pub fn start_issuers() {
+    static ISSUERS: OnceLock<Kcm> = OnceLock::new();
+    ISSUERS.get_or_init(|| {
+        cp().start_kcm(&KcmOptions::controllers(&[
+            "csrapproving",
+            "csrsigning",
+            "bootstrapsigner",
+        ]))
+        .expect("kube-controller-manager")
+    });
+}
+
+/// Makes sure kube-public/cluster-info exists (as kubeadm publishes it) and anonymous users
+/// may read it; returns its kubeconfig.
+pub async fn ensure_cluster_info() -> String {
+    let admin = cp().admin_client().await.unwrap();
+    manifests::apply_file(
+        &admin,
+        &manifests::deploy_dir().join("cluster-info-rbac.yaml"),
+    )
+    .await
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
+    let kubeconfig = cp().kubeconfig("unused", &Credential::None);
+    let info =
+        nodeauth_token::kubeconfig::ClusterInfo::from_admin_kubeconfig(kubeconfig.as_bytes())
+            .unwrap()
+            .to_yaml();
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("cluster-info".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("kubeconfig".to_string(), info)])),
+        ..Default::default()
+    };
+    match cms.create(&PostParams::default(), &cm).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("{e}"),
+    }
+    cms.get("cluster-info").await.unwrap().data.unwrap()["kubeconfig"].clone()
+}
+
+/// A fresh bootstrap token in its own group. With `auto_approve`, the group gets kubeadm's
+/// bindings (create CSRs + auto-approval of node client CSRs); without, only
+/// `system:node-bootstrapper` (it may create CSRs, nobody approves them).
+pub async fn node_token(auto_approve: bool) -> String {
+    let admin = cp().admin_client().await.unwrap();
+    let group = format!("system:bootstrappers:{}", unique_name("agent"));
+    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group.as_str()])
+        .await
+        .unwrap();
+    if auto_approve {
+        bind_kubeadm_node_bootstrap(&admin, &group).await.unwrap();
+    } else {
+        bind_cluster_role_to_group(
+            &admin,
+            &format!("agent-test-{}", group.replace(':', "-")),
+            "system:node-bootstrapper",
+            &group,
+        )
+        .await
+        .unwrap();
+    }
+    token
+}
+
+/// Waits until cluster-info carries a signature for the token's id.
+pub async fn wait_signature(token: &str) {
+    let id = token.split('.').next().unwrap().to_string();
+    let admin = cp().admin_client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
+    let key = format!("jws-kubeconfig-{id}");
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(cms, "cluster-info", move |cm: Option<&ConfigMap>| {
+            cm.and_then(|c| c.data.as_ref())
+                .is_some_and(|d| d.contains_key(&key))
+        }),
+    )
+    .await
+    .expect("cluster-info signed for the token")
+    .unwrap();
+}
+
+/// `host:port` of the API server.
+pub fn server_host_port() -> String {
+    cp().server().trim_start_matches("https://").to_string()
+}
+
+/// The CA pin of the cluster's CA.
+pub fn ca_pin() -> String {
+    nodeauth_token::pin::pins_from_pem(cp().ca_pem().as_bytes()).unwrap()[0].to_string()
+}
+
+/// A node's files in a temporary directory.
+pub struct NodeDir {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+}
+
+impl NodeDir {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            name: unique_name("node"),
+        }
+    }
+    pub fn cert_dir(&self) -> PathBuf {
+        self.dir.path().join("pki")
+    }
+    pub fn bootstrap(&self) -> PathBuf {
+        self.dir.path().join("bootstrap-kubelet.conf")
+    }
+    pub fn kubelet_kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubelet.conf")
+    }
+    pub fn current(&self) -> PathBuf {
+        self.cert_dir().join("kubelet-client-current.pem")
+    }
+    /// The node flags every subcommand takes.
+    pub fn node_args(&self) -> Vec<String> {
+        vec![
+            format!("--node-name={}", self.name),
+            format!("--cert-dir={}", self.cert_dir().display()),
+            format!("--bootstrap-kubeconfig={}", self.bootstrap().display()),
+            "--expiration-seconds=600".into(),
+            "--csr-timeout=90s".into(),
+            "--log-level=debug".into(),
+        ]
+    }
+    /// Writes a bootstrap-token kubeconfig for this node (what `join` would).
+    pub fn write_token_bootstrap(&self, token: &str) {
+        let info = nodeauth_token::kubeconfig::ClusterInfo::from_admin_kubeconfig(
+            cp().kubeconfig("x", &Credential::None).as_bytes(),
+        )
+        .unwrap();
+        let token = nodeauth_token::BootstrapToken::parse(token).unwrap();
+        let yaml = nodeauth_agent::kubeconfig::bootstrap_token_kubeconfig(&info, &token);
+        nodeauth_agent::kubeconfig::write_private(&self.bootstrap(), &yaml).unwrap();
+    }
+    /// A kubeconfig whose user is `exec: agent credential ...` for this node.
+    pub fn write_exec_kubeconfig(&self) -> PathBuf {
+        let info = nodeauth_token::kubeconfig::ClusterInfo::from_admin_kubeconfig(
+            cp().kubeconfig("x", &Credential::None).as_bytes(),
+        )
+        .unwrap();
+        let mut args = vec!["credential".to_string()];
+        args.extend(self.node_args());
+        let yaml = nodeauth_agent::kubeconfig::exec_kubeconfig(
+            &info,
+            "node",
+            agent_bin().to_str().unwrap(),
+            &args,
+        );
+        let path = self.dir.path().join("exec.conf");
+        std::fs::write(&path, yaml).unwrap();
+        path
+    }
+}
+
+pub fn agent_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_agent"))
+}
+
+/// Runs `agent <args>` to completion (in a blocking thread).
+pub async fn agent(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || Command::new(agent_bin()).args(&args).output().unwrap())
+        .await
+        .unwrap()
+}
+
+pub fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `kubectl auth whoami -o json` with `kubeconfig` → the username.
+pub async fn kubectl_whoami(kubeconfig: &Path) -> Result<String, String> {
+    let kubectl = nodeauth_testenv::k8s::binary("kubectl").unwrap();
+    let kubeconfig = kubeconfig.to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(kubectl)
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["auth", "whoami", "-o", "json"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    if !out.status.success() {
+        return Err(text(&out));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok(v["status"]["userInfo"]["username"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// Who the stored `kubelet-client-current.pem` authenticates as.
+pub async fn whoami_with_current(node: &NodeDir) -> (String, Vec<String>) {
+    let path = node.current().display().to_string();
+    let client = cp()
+        .client(&Credential::ClientCertFiles {
+            cert: path.clone(),
+            key: path,
+        })
+        .await
+        .unwrap();
+    let me = nodeauth_testenv::whoami(&client).await.unwrap();
+    (
+        me.username.unwrap_or_default(),
+        me.groups.unwrap_or_default(),
+    )
+}
+
+/// Every CSR asking for `system:node:<node>`'s client certificate.
+pub async fn csrs_for(node: &str) -> Vec<CertificateSigningRequest> {
+    let admin = cp().admin_client().await.unwrap();
+    let api: Api<CertificateSigningRequest> = Api::all(admin);
+    let cn = format!("system:node:{node}");
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| {
+            nodeauth_csr::parse(&c.spec.request.0)
+                .ok()
+                .is_some_and(|r| r.subject().common_name() == Some(cn.as_str()))
+        })
+        .collect()
+}

@@ -1,0 +1,686 @@
+//! `signer`: signs approved CertificateSigningRequests for the signer names it is given, and
+//! garbage-collects old CSRs. The signing logic is `nodeauth_issuer` (pure); this program
+//! watches, writes and counts:
+//! - one kube-runtime `Controller` on CSRs (a watch, no polling); a reconcile signs an approved,
+//!   not denied, not failed, not yet issued CSR of one of its names, then plans its collection
+//!   (`nodeauth_issuer::gc::plan`) and requeues at the instant a class will apply;
+//! - every status write is a replace of the `/status` subresource carrying the resourceVersion
+//!   that was read, so a certificate is never issued twice (a stale view gets 409 Conflict);
+//! - CA files are checked on each reconcile and every `--ca-check-interval`, and reloaded when
+//!   they change; each signer's CA bundle is published (ClusterTrustBundle, else ConfigMap);
+//! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
+//!
+//! No key material is ever logged; each issued certificate gets one audit line (serial,
+//! subject, signer, NotAfter).
+
+mod cas;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, ClusterTrustBundle,
+    ClusterTrustBundleSpec,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use nodeauth_issuer::gc::{self, CsrFacts, GcDecision, GcThresholds};
+use nodeauth_issuer::{IssuePolicy, OsRandomSerials};
+use nodeauth_runtime::{
+    CancellationToken, ControllerArgs, ControllerRuntime, EventPublisher, ReconcileMetrics,
+    init_logging, parse_duration,
+};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+use cas::{Refresh, SignerSpec, Slot, Slots, parse_signer_spec};
+
+const CONTROLLER: &str = "signer";
+const FIELD_MANAGER: &str = "nodeauth-signer";
+
+/// Sign approved CertificateSigningRequests for the given signer names, and delete old CSRs.
+///
+/// For each `--signer NAME=CERT_FILE,KEY_FILE[,PROFILE]` it signs CSRs whose spec.signerName is
+/// NAME once they are Approved (and not Denied or Failed): it validates the request against the
+/// signer's profile (built-in names have one; custom names need PROFILE = kubelet-client,
+/// kubelet-serving or kube-apiserver-client) and writes either status.certificate or the
+/// condition Failed (reason SignerValidationFailure, the violations as the message; or
+/// SignerCAExpired / SignerCANotYetValid).
+///
+/// What every signer promises (seed 004's list):
+///
+/// - Trust distribution: the CA bundle (CA certificate + the rest of CERT_FILE) is published as
+///   the ClusterTrustBundle `<NAME with / as :>:nodeauth` (spec.signerName = NAME) when
+///   certificates.k8s.io/v1 ClusterTrustBundles are served, else as the ConfigMap
+///   `<--bundle-namespace>/<sanitised NAME>-ca`, key `ca.crt`. For the kubelet client and
+///   kube-apiserver-client signers, kube-apiserver's --client-ca-file must contain the CA.
+///
+/// - Permitted subjects and SANs: those of the signer's profile (see `kubectl nodeauth csr
+///   inspect --signer`); subject and DNS/IP/email/URI SANs are copied from the request.
+///
+/// - Permitted x509 extensions: none are copied. The certificate carries basicConstraints
+///   CA:false (critical), key usage (critical) and extended key usage from spec.usages
+///   (`cert sign` and `crl sign` are refused), subject and authority key identifiers, and the
+///   SANs.
+///
+/// - Key usages: those of spec.usages, as allowed by the profile.
+///
+/// - Expiration: spec.expirationSeconds capped at --max-duration (default 8760h) and floored at
+///   10 minutes (--max-duration when absent); NotBefore = now - 5 min; NotAfter = now + ttl,
+///   or now + ttl - 5 min when ttl >= 8h; never after the CA's NotAfter. An expired CA issues
+///   nothing.
+///
+/// - CA bit: never set.
+///
+/// - status.certificate: exactly one PEM CERTIFICATE (the leaf); with --append-chain, the
+///   leaf followed by the CA certificate and the rest of CERT_FILE (intermediates to present in
+///   TLS handshakes).
+///
+/// CA files are reloaded when they change (checked on every CSR and every
+/// --ca-check-interval); replace them by writing new files and renaming them into place. A
+/// pair that does not load (e.g. a new certificate with the old key) keeps the previous CA.
+///
+/// Garbage collection (all CSRs, any signer, unless --gc-scope=own): deletes issued CSRs
+/// approved more than --gc-issued ago, denied/failed ones older than --gc-denied/--gc-failed,
+/// pending ones (no conditions) created more than --gc-pending ago, approved-but-never-issued
+/// ones approved more than --gc-approved-unissued ago, and issued ones whose certificate has
+/// expired (--gc-expired). A threshold of 0 disables that class. Each CSR is looked at when its
+/// next deadline passes, not by polling. Deletes carry UID and resourceVersion preconditions.
+///
+/// Needs (see deploy/signer/rbac.yaml): get/list/watch/delete CSRs, update
+/// certificatesigningrequests/status, `sign` and `attest` on certificates.k8s.io/signers for
+/// its names, ClusterTrustBundles and ConfigMaps in --bundle-namespace, Leases, Events.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about)]
+struct Cli {
+    #[command(flatten)]
+    runtime: ControllerArgs,
+
+    /// A signer: NAME=CERT_FILE,KEY_FILE[,PROFILE]. Repeat for several names; in the
+    /// environment variable, separate them with ';'.
+    #[arg(long = "signer", env = "NODEAUTH_SIGNERS", value_delimiter = ';', value_parser = parse_signer_spec, value_name = "NAME=CERT,KEY[,PROFILE]")]
+    signers: Vec<SignerSpec>,
+
+    /// Longest certificate lifetime, and the lifetime when spec.expirationSeconds is absent.
+    #[arg(long, env = "NODEAUTH_MAX_DURATION", default_value = "8760h", value_parser = parse_duration)]
+    max_duration: Duration,
+
+    /// Append the CA certificate and the rest of CERT_FILE after the leaf in status.certificate.
+    #[arg(long, env = "NODEAUTH_APPEND_CHAIN")]
+    append_chain: bool,
+
+    /// How often CA files are checked for changes (also checked before every signing) and the
+    /// CA-expiry gauges are updated.
+    #[arg(long, env = "NODEAUTH_CA_CHECK_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    ca_check_interval: Duration,
+
+    /// What to run: sign and collect, only sign, or only collect (no --signer needed).
+    #[arg(long, env = "NODEAUTH_MODE", value_enum, default_value_t = Mode::All)]
+    mode: Mode,
+
+    /// Which CSRs garbage collection considers: all of them (as upstream's cleaner) or only
+    /// those of this signer's names.
+    #[arg(long, env = "NODEAUTH_GC_SCOPE", value_enum, default_value_t = GcScope::All)]
+    gc_scope: GcScope,
+
+    /// Delete issued CSRs this long after approval (0 = never).
+    #[arg(long, env = "NODEAUTH_GC_ISSUED", default_value = "1h", value_parser = parse_duration)]
+    gc_issued: Duration,
+    /// Delete denied CSRs this long after denial (0 = never).
+    #[arg(long, env = "NODEAUTH_GC_DENIED", default_value = "1h", value_parser = parse_duration)]
+    gc_denied: Duration,
+    /// Delete failed CSRs this long after failure (0 = never).
+    #[arg(long, env = "NODEAUTH_GC_FAILED", default_value = "1h", value_parser = parse_duration)]
+    gc_failed: Duration,
+    /// Delete pending CSRs (no conditions) this long after creation (0 = never).
+    #[arg(long, env = "NODEAUTH_GC_PENDING", default_value = "24h", value_parser = parse_duration)]
+    gc_pending: Duration,
+    /// Delete approved but never issued CSRs this long after approval (0 = never).
+    #[arg(long, env = "NODEAUTH_GC_APPROVED_UNISSUED", default_value = "24h", value_parser = parse_duration)]
+    gc_approved_unissued: Duration,
+    /// Delete issued CSRs whose certificate has expired.
+    #[arg(long, env = "NODEAUTH_GC_EXPIRED", default_value_t = true, action = clap::ArgAction::Set)]
+    gc_expired: bool,
+
+    /// Namespace of the CA bundle ConfigMaps (when ClusterTrustBundles are not served).
+    #[arg(
+        long,
+        env = "NODEAUTH_BUNDLE_NAMESPACE",
+        default_value = "nodeauth-system"
+    )]
+    bundle_namespace: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    All,
+    SignOnly,
+    GcOnly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GcScope {
+    All,
+    Own,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("writing the status of CSR {0}: {1}")]
+    Status(String, #[source] kube::Error),
+    #[error("deleting CSR {0}: {1}")]
+    Delete(String, #[source] kube::Error),
+    #[error("signing CSR {0}: {1}")]
+    Sign(String, #[source] nodeauth_issuer::SignError),
+}
+
+type Labels = Vec<(String, String)>;
+
+struct SignerMetrics {
+    issued: Family<Labels, Counter>,
+    failures: Family<Labels, Counter>,
+    latency: Histogram,
+    ca_expiry: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    ca_reloads: Family<Labels, Counter>,
+    gc_deleted: Family<Labels, Counter>,
+}
+
+struct Ctx {
+    csrs: Api<CertificateSigningRequest>,
+    slots: Slots,
+    sign: bool,
+    gc: Option<(GcThresholds, GcScope)>,
+    metrics: SignerMetrics,
+    reconciles: ReconcileMetrics,
+    events: EventPublisher,
+    failures: AtomicU32,
+}
+
+fn threshold(d: Duration) -> Option<Duration> {
+    (!d.is_zero()).then_some(d)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let cli = Cli::parse();
+    init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
+    if cli.mode != Mode::GcOnly && cli.signers.is_empty() {
+        return Err("no --signer given (or use --mode=gc-only)".into());
+    }
+    let policy = IssuePolicy {
+        max_duration: cli.max_duration,
+        append_chain: cli.append_chain,
+        ..IssuePolicy::default()
+    };
+    let mut slots = Slots::new();
+    for spec in &cli.signers {
+        let slot = Slot::new(spec.clone(), policy.clone())?;
+        let (signer, _) = slot.current();
+        tracing::info!(signer = %spec.name, ca = %signer.ca.subject(), key = %signer.ca.key_type(),
+            not_after = %signer.ca.not_after(), "loaded CA");
+        if slots.insert(spec.name.clone(), Arc::new(slot)).is_some() {
+            return Err(format!("signer {} given twice", spec.name).into());
+        }
+    }
+    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let client = rt.client().clone();
+    let metrics = SignerMetrics {
+        issued: Family::default(),
+        failures: Family::default(),
+        latency: Histogram::new(exponential_buckets(0.0002, 2.0, 16)),
+        ca_expiry: Family::default(),
+        ca_reloads: Family::default(),
+        gc_deleted: Family::default(),
+    };
+    let m = rt.metrics();
+    m.register(
+        "nodeauth_signer_issued",
+        "Certificates issued, by signer",
+        metrics.issued.clone(),
+    );
+    m.register("nodeauth_signer_failures", "CSRs not signed, by signer and reason (SignerValidationFailure, SignerCAExpired, Conflict, ...)", metrics.failures.clone());
+    m.register(
+        "nodeauth_signer_sign_duration_seconds",
+        "Time to validate and issue one certificate",
+        metrics.latency.clone(),
+    );
+    m.register(
+        "nodeauth_signer_ca_expiry_seconds",
+        "Seconds until each signer's CA certificate expires",
+        metrics.ca_expiry.clone(),
+    );
+    m.register(
+        "nodeauth_signer_ca_reloads",
+        "CA reloads after the files changed, by signer and result",
+        metrics.ca_reloads.clone(),
+    );
+    m.register(
+        "nodeauth_signer_gc_deleted",
+        "CSRs deleted by garbage collection, by class",
+        metrics.gc_deleted.clone(),
+    );
+    let reconciles = rt.metrics().reconcile().clone();
+    let events = rt.events();
+    let synced = rt.health().readiness_gate("caches-synced");
+    let gc = (cli.mode != Mode::SignOnly).then(|| {
+        (
+            GcThresholds {
+                issued: threshold(cli.gc_issued),
+                denied: threshold(cli.gc_denied),
+                failed: threshold(cli.gc_failed),
+                pending: threshold(cli.gc_pending),
+                approved_unissued: threshold(cli.gc_approved_unissued),
+                expired_certificates: cli.gc_expired,
+            },
+            cli.gc_scope,
+        )
+    });
+    let ctx = Arc::new(Ctx {
+        csrs: Api::all(client.clone()),
+        slots,
+        sign: cli.mode != Mode::GcOnly,
+        gc,
+        metrics,
+        reconciles,
+        events,
+        failures: AtomicU32::new(0),
+    });
+    let (interval, bundle_ns) = (cli.ca_check_interval, cli.bundle_namespace.clone());
+    rt.run(move |stop: CancellationToken| async move {
+        let cas = ca_loop(
+            client.clone(),
+            ctx.clone(),
+            interval,
+            bundle_ns,
+            stop.clone(),
+        );
+        let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
+            .graceful_shutdown_on(stop.cancelled_owned());
+        let store = controller.store();
+        let ready = async move {
+            if store.wait_until_ready().await.is_ok() {
+                synced.set_ready(true);
+            }
+        };
+        let run = controller
+            .run(reconcile, error_policy, ctx)
+            .for_each(|res| async move {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "reconcile");
+                }
+            });
+        tokio::join!(run, ready, cas);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Checks CA files, publishes bundles and updates expiry gauges, until stopped.
+async fn ca_loop(
+    client: kube::Client,
+    ctx: Arc<Ctx>,
+    interval: Duration,
+    bundle_ns: String,
+    stop: CancellationToken,
+) {
+    let mut published: BTreeMap<String, String> = BTreeMap::new();
+    loop {
+        for (name, slot) in &ctx.slots {
+            let (signer, refresh) = slot.current();
+            note_refresh(&ctx, name, &refresh);
+            let left = signer.ca.not_after().as_second() - jiff::Timestamp::now().as_second();
+            #[allow(clippy::cast_precision_loss)]
+            ctx.metrics
+                .ca_expiry
+                .get_or_create(&vec![("signer".into(), name.clone())])
+                .set(left as f64);
+            let bundle = signer.ca.bundle_pem().to_owned();
+            if published.get(name) != Some(&bundle) {
+                match publish_bundle(&client, name, &bundle, &bundle_ns).await {
+                    Ok(where_) => {
+                        tracing::info!(signer = %name, published = %where_, "CA bundle published");
+                        published.insert(name.clone(), bundle);
+                    }
+                    Err(e) => {
+                        tracing::warn!(signer = %name, error = %e, "publishing the CA bundle")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+fn note_refresh(ctx: &Ctx, name: &str, refresh: &Refresh) {
+    let result = match refresh {
+        Refresh::Unchanged => return,
+        Refresh::Reloaded => {
+            tracing::info!(signer = %name, "CA files changed; reloaded");
+            "reloaded"
+        }
+        Refresh::Failed(e) => {
+            tracing::warn!(signer = %name, error = %e, "CA files changed but do not load; keeping the previous CA");
+            "failed"
+        }
+    };
+    ctx.metrics
+        .ca_reloads
+        .get_or_create(&vec![
+            ("signer".into(), name.to_owned()),
+            ("result".into(), result.into()),
+        ])
+        .inc();
+}
+
+fn sanitise(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '-' | '.' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '-',
+        })
+        .collect();
+    s.trim_matches(|c| c == '-' || c == '.').to_owned()
+}
+
+/// Publishes a bundle as a ClusterTrustBundle, or as a ConfigMap when that API is not served.
+async fn publish_bundle(
+    client: &kube::Client,
+    signer: &str,
+    bundle: &str,
+    namespace: &str,
+) -> Result<String, kube::Error> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let ctb_name = format!("{}:nodeauth", signer.replace('/', ":"));
+    let ctb = ClusterTrustBundle {
+        metadata: ObjectMeta {
+            name: Some(ctb_name.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: ClusterTrustBundleSpec {
+            signer_name: Some(signer.to_owned()),
+            trust_bundle: bundle.to_owned(),
+        },
+    };
+    let ctbs: Api<ClusterTrustBundle> = Api::all(client.clone());
+    match ctbs.patch(&ctb_name, &params, &Patch::Apply(&ctb)).await {
+        Ok(_) => return Ok(format!("ClusterTrustBundle {ctb_name}")),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e),
+    }
+    let cm_name = format!("{}-ca", sanitise(signer));
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(cm_name.clone()),
+            namespace: Some(namespace.to_owned()),
+            annotations: Some(BTreeMap::from([(
+                "nodeauth.io/signer-name".to_owned(),
+                signer.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("ca.crt".to_owned(), bundle.to_owned())])),
+        ..ConfigMap::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .patch(&cm_name, &params, &Patch::Apply(&cm))
+        .await?;
+    Ok(format!("ConfigMap {namespace}/{cm_name}"))
+}
+
+fn condition<'a>(
+    csr: &'a CertificateSigningRequest,
+    type_: &str,
+) -> Option<&'a CertificateSigningRequestCondition> {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == "True"))
+}
+
+fn issued(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty())
+}
+
+fn facts(csr: &CertificateSigningRequest) -> CsrFacts {
+    let time = |c: Option<&CertificateSigningRequestCondition>| {
+        c.and_then(|c| c.last_update_time.as_ref()).map(|t| t.0)
+    };
+    let any_conditions = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    let cert = csr.status.as_ref().and_then(|s| s.certificate.as_ref());
+    CsrFacts {
+        created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        has_conditions: any_conditions,
+        approved: time(condition(csr, "Approved")),
+        denied: time(condition(csr, "Denied")),
+        failed: time(condition(csr, "Failed")),
+        issued: issued(csr),
+        certificate_not_after: cert.and_then(|c| gc::certificate_not_after(&c.0)),
+    }
+}
+
+async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let timer = ctx.reconciles.start(CONTROLLER);
+    let slot = ctx.slots.get(&csr.spec.signer_name);
+    if ctx.sign
+        && let Some(slot) = slot
+        && condition(&csr, "Approved").is_some()
+        && condition(&csr, "Denied").is_none()
+        && condition(&csr, "Failed").is_none()
+        && !issued(&csr)
+    {
+        let result = sign(&csr, slot, &ctx).await;
+        match &result {
+            Ok(_) => timer.success(),
+            Err(_) => timer.error("SignFailed"),
+        }
+        ctx.failures.store(0, Ordering::Relaxed);
+        // The status write comes back through the watch; collection is planned then.
+        return result;
+    }
+    let Some((thresholds, scope)) = &ctx.gc else {
+        timer.success();
+        return Ok(Action::await_change());
+    };
+    if *scope == GcScope::Own && slot.is_none() {
+        timer.success();
+        return Ok(Action::await_change());
+    }
+    let now = jiff::Timestamp::now();
+    match gc::plan(&facts(&csr), thresholds, now) {
+        GcDecision::Delete(class) => {
+            let name = csr.name_any();
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: csr.uid(),
+                    resource_version: csr.resource_version(),
+                }),
+                ..DeleteParams::default()
+            };
+            match ctx.csrs.delete(&name, &dp).await {
+                Ok(_) => {
+                    ctx.metrics
+                        .gc_deleted
+                        .get_or_create(&vec![("class".into(), class.as_str().into())])
+                        .inc();
+                    tracing::info!(csr = %name, class = class.as_str(), "garbage-collected CSR");
+                }
+                // Gone already, or changed since: the watch brings the news.
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(e) => {
+                    timer.error("DeleteFailed");
+                    return Err(Error::Delete(name, e));
+                }
+            }
+            timer.success();
+            Ok(Action::await_change())
+        }
+        GcDecision::KeepUntil(at) => {
+            timer.success();
+            let wait = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
+            Ok(Action::requeue(wait + Duration::from_secs(1)))
+        }
+        GcDecision::Keep => {
+            timer.success();
+            Ok(Action::await_change())
+        }
+    }
+}
+
+async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result<Action, Error> {
+    let name = csr.name_any();
+    let signer_name = &csr.spec.signer_name;
+    let (signer, refresh) = slot.current();
+    note_refresh(ctx, signer_name, &refresh);
+    let started = Instant::now();
+    let result = signer.sign(
+        &csr.spec.request.0,
+        &csr.spec.usages.clone().unwrap_or_default(),
+        csr.spec.expiration_seconds.map(i64::from),
+        jiff::Timestamp::now(),
+        &mut OsRandomSerials,
+    );
+    ctx.metrics.latency.observe(started.elapsed().as_secs_f64());
+    let fail = |reason: &str| {
+        ctx.metrics
+            .failures
+            .get_or_create(&vec![
+                ("signer".into(), signer_name.clone()),
+                ("reason".into(), reason.into()),
+            ])
+            .inc();
+    };
+    // The object as read: its resourceVersion makes the write fail if anything changed since.
+    let mut updated = csr.clone();
+    let status = updated.status.get_or_insert_with(Default::default);
+    let outcome = match result {
+        Ok(cert) => {
+            status.certificate = Some(ByteString(cert.pem.clone().into_bytes()));
+            Ok(cert)
+        }
+        Err(e) if e.is_permanent() => {
+            status.conditions.get_or_insert_with(Vec::new).push(
+                CertificateSigningRequestCondition {
+                    type_: "Failed".into(),
+                    status: "True".into(),
+                    reason: Some(e.condition_reason().into()),
+                    message: Some(e.to_string()),
+                    last_update_time: Some(Time(jiff::Timestamp::now())),
+                    last_transition_time: None,
+                },
+            );
+            Err(e)
+        }
+        Err(e) => {
+            fail(e.condition_reason());
+            return Err(Error::Sign(name, e));
+        }
+    };
+    match ctx
+        .csrs
+        .replace_status(&name, &PostParams::default(), &updated)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            // Someone else wrote first (or our view was stale): nothing was issued twice.
+            fail("Conflict");
+            return Ok(Action::await_change());
+        }
+        Err(e) => {
+            fail("WriteFailed");
+            return Err(Error::Status(name, e));
+        }
+    }
+    match outcome {
+        Ok(cert) => {
+            ctx.metrics
+                .issued
+                .get_or_create(&vec![("signer".into(), signer_name.clone())])
+                .inc();
+            tracing::info!(
+                target: "audit",
+                csr = %name,
+                signer = %signer_name,
+                serial = %cert.serial_hex,
+                subject = %cert.subject,
+                not_before = %cert.not_before,
+                not_after = %cert.not_after,
+                "issued certificate"
+            );
+            let _ = ctx
+                .events
+                .normal(
+                    csr,
+                    "Issued",
+                    "Sign",
+                    &format!("serial {} valid until {}", cert.serial_hex, cert.not_after),
+                )
+                .await;
+        }
+        Err(e) => {
+            fail(e.condition_reason());
+            tracing::info!(csr = %name, signer = %signer_name, reason = e.condition_reason(), error = %e, "refused to sign");
+            let _ = ctx
+                .events
+                .warning(csr, e.condition_reason(), "Sign", &e.to_string())
+                .await;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(_csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let n = ctx.failures.fetch_add(1, Ordering::Relaxed).min(8);
+    let delay = Duration::from_millis(250 * (1u64 << n)).min(Duration::from_secs(60));
+    tracing::warn!(error = %err, retry_in = ?delay, "will retry");
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configmap_names_are_dns_labels() {
+        assert_eq!(
+            sanitise("kubernetes.io/kube-apiserver-client-kubelet"),
+            "kubernetes.io-kube-apiserver-client-kubelet"
+        );
+        assert_eq!(sanitise("Example.COM/My_Signer/"), "example.com-my-signer");
+    }
+
+    #[test]
+    fn flags_parse_with_defaults() {
+        let cli = Cli::try_parse_from(["signer", "--signer=kubernetes.io/kubelet-serving=/c,/k"])
+            .unwrap();
+        assert_eq!(cli.max_duration, Duration::from_secs(8760 * 3600));
+        assert_eq!(cli.gc_pending, Duration::from_secs(24 * 3600));
+        assert!(cli.gc_expired && !cli.append_chain);
+        assert_eq!(cli.mode, Mode::All);
+        assert!(threshold(Duration::ZERO).is_none());
+    }
+}
