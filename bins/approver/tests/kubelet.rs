@@ -1,8 +1,7 @@
 //! A real, unmodified kubelet v1.37.1 (fake CRI) bootstrapping through the approver: its client
 //! CSR (bootstrap token) and its serving CSR (SANs = its Node's addresses) are approved; an
 //! impostor kubelet with the same token and an existing node's name is denied and never
-//! becomes that node. Certificates are issued by kube-controller-manager's csrsigning only
-//! (csrapproving off): the approver alone decides.
+//! becomes that node. nodeauth's signer issues; no kube-controller-manager runs.
 
 mod common;
 
@@ -13,7 +12,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::runtime::wait::await_condition;
-use nodeauth_testenv::{Credential, KcmOptions, KubeletOptions, unique_name};
+use nodeauth_testenv::{Credential, KubeletOptions, unique_name};
 
 fn ready(n: Option<&Node>) -> bool {
     n.and_then(|n| n.status.as_ref())
@@ -35,10 +34,12 @@ async fn csrs_of(username: &str) -> Vec<CertificateSigningRequest> {
 
 #[tokio::test]
 async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
-    let _kcm = cp()
-        .start_kcm(&KcmOptions::controllers(&["csrsigning"]))
-        .expect("kube-controller-manager");
-    let _approver = start_approver(&[], true).await;
+    // nodeauth alone: approver (documented policy), signer and bootstrap-signer under their
+    // deploy/ RBAC; no kube-controller-manager at all.
+    let nodeauth = cp()
+        .start_nodeauth(&nodeauth_testenv::NodeauthOptions::default())
+        .await
+        .expect("nodeauth");
     let admin = cp().admin_client().await.unwrap();
     let group = "system:bootstrappers:nodeauth-kubelets";
     nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
@@ -89,6 +90,53 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
     let d = decisions(&serving);
     assert_eq!(d[0].0, "Approved", "{d:?}");
     assert!(d[0].2.contains("policy serving"), "{}", d[0].2);
+
+    // The kubelet serves HTTPS with that certificate: the chain verifies against nodeauth's
+    // CA for the node's name and its InternalIP (openssl as an independent client; the
+    // kubelet listens on 127.0.0.1 but its Node address is the host's).
+    let node_ip = nodes
+        .get(&name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|a| a.type_ == "InternalIP")
+        .map(|a| a.address)
+        .expect("an InternalIP");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, &nodeauth.ca.cert_pem).unwrap();
+    let mut verified = String::new();
+    for _ in 0..100 {
+        let served = std::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &format!("127.0.0.1:{}", kubelet.port()),
+                "-verify_return_error",
+            ])
+            .arg("-CAfile")
+            .arg(&ca)
+            .args(["-verify_hostname", &name, "-verify_ip", &node_ip])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        verified = format!(
+            "{}{}",
+            String::from_utf8_lossy(&served.stdout),
+            String::from_utf8_lossy(&served.stderr)
+        );
+        if served.status.success() && verified.contains("Verify return code: 0 (ok)") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        verified.contains("Verify return code: 0 (ok)"),
+        "{verified}"
+    );
 
     // An impostor kubelet: same token, the existing node's name.
     let impostor = cp()

@@ -35,6 +35,7 @@ mod kcm;
 pub mod kubeconfig;
 mod kubelet;
 pub mod manifests;
+pub mod nodeauth;
 pub mod pki;
 pub mod process;
 mod rbac;
@@ -48,6 +49,7 @@ pub use control_plane::{ControlPlane, Options, client_from_kubeconfig};
 pub use kcm::{Kcm, KcmOptions};
 pub use kubeconfig::Credential;
 pub use kubelet::{Kubelet, KubeletOptions};
+pub use nodeauth::{Nodeauth, NodeauthOptions, workspace_binary};
 pub use rbac::{bind_cluster_role_to_group, bind_kubeadm_node_bootstrap};
 pub use swtpm::Swtpm;
 

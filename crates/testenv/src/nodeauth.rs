@@ -1,0 +1,152 @@
+//! nodeauth's own controllers — approver, signer, bootstrap-signer — started from the
+//! workspace's built binaries, each as its ServiceAccount under the RBAC in `deploy/`, with a
+//! fresh signer CA the API server trusts for client certificates.
+//!
+//! Binaries of other packages have no `CARGO_BIN_EXE_*`; they are found next to the running
+//! test binary (`target/<profile>/<name>`). `cargo test --workspace` (and `cargo xtask test`)
+//! build every binary before running any test; a test run for one package alone needs
+//! `cargo build -p approver -p signer -p bootstrap-signer` first — the error says so.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::pki::{Ca, CertPair};
+use crate::process::Process;
+use crate::{ControlPlane, Error, manifests, unique_name};
+
+/// The built binary `name` of this workspace (next to the running test binary).
+pub fn workspace_binary(name: &str) -> Result<PathBuf, Error> {
+    let exe =
+        std::env::current_exe().map_err(|e| Error::io("locating the test binary".into(), e))?;
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or_else(|| Error::Other(format!("unexpected test binary path {}", exe.display())))?;
+    let path = profile_dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::Other(format!(
+            "{} is not built: run `cargo build -p {name}` (cargo test --workspace builds it)",
+            path.display()
+        )))
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct NodeauthOptions {
+    /// The approver's `--policy` (default: `deploy/approver/policy.yaml`).
+    pub policy: PathBuf,
+    /// Extra approver flags.
+    pub approver_args: Vec<String>,
+    /// Extra signer flags (e.g. `--max-duration=3m`).
+    pub signer_args: Vec<String>,
+    /// Also run bootstrap-signer (cluster-info signatures for token discovery).
+    pub bootstrap_signer: bool,
+}
+
+impl Default for NodeauthOptions {
+    fn default() -> Self {
+        Self {
+            policy: manifests::deploy_dir().join("approver/policy.yaml"),
+            approver_args: vec![],
+            signer_args: vec![],
+            bootstrap_signer: true,
+        }
+    }
+}
+
+/// Running controllers (stopped on drop) and the signer's CA (trusted by the API server for
+/// client certificates; also the CA of issued kubelet serving certificates).
+#[derive(Debug)]
+pub struct Nodeauth {
+    /// The approver.
+    pub approver: Process,
+    /// The signer.
+    pub signer: Process,
+    /// bootstrap-signer, when asked for.
+    pub bootstrap_signer: Option<Process>,
+    /// The signer's CA for both kubelet signers.
+    pub ca: CertPair,
+    /// Metrics ports: approver, signer.
+    pub metrics_ports: (u16, u16),
+}
+
+impl ControlPlane {
+    /// Starts nodeauth's controllers (see the module docs) and waits until each is Ready.
+    pub async fn start_nodeauth(&self, opts: &NodeauthOptions) -> Result<Nodeauth, Error> {
+        let dir = self.dir().join(unique_name("nodeauth"));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io("creating the nodeauth dir".into(), e))?;
+        let ca = Ca::new(&unique_name("nodeauth-kubelet-ca"))?.pair().clone();
+        let (cert, key) = (dir.join("ca.crt"), dir.join("ca.key"));
+        std::fs::write(&cert, &ca.cert_pem).map_err(|e| Error::io("writing the CA".into(), e))?;
+        crate::pki::write_private(&key, ca.key_pem.as_bytes())?;
+        self.trust_client_ca(&ca).await?;
+
+        let mut signer_args: Vec<String> = [
+            "kubernetes.io/kube-apiserver-client-kubelet",
+            "kubernetes.io/kubelet-serving",
+        ]
+        .iter()
+        .map(|name| format!("--signer={name}={},{}", cert.display(), key.display()))
+        .collect();
+        signer_args.extend(opts.signer_args.iter().cloned());
+        let (signer, signer_metrics) = self.start_controller("signer", &signer_args).await?;
+        let mut approver_args = vec![format!("--policy={}", opts.policy.display())];
+        approver_args.extend(opts.approver_args.iter().cloned());
+        let (approver, approver_metrics) =
+            self.start_controller("approver", &approver_args).await?;
+        let bootstrap_signer = if opts.bootstrap_signer {
+            Some(self.start_controller("bootstrap-signer", &[]).await?.0)
+        } else {
+            None
+        };
+        Ok(Nodeauth {
+            approver,
+            signer,
+            bootstrap_signer,
+            ca,
+            metrics_ports: (approver_metrics, signer_metrics),
+        })
+    }
+
+    /// Starts one controller as `nodeauth-<component>` under `deploy/<component>/rbac.yaml` and
+    /// waits for `/readyz`; returns it and its metrics port.
+    async fn start_controller(
+        &self,
+        component: &str,
+        args: &[String],
+    ) -> Result<(Process, u16), Error> {
+        let program = workspace_binary(component)?;
+        let kubeconfig = self
+            .deploy_rbac(component, &format!("nodeauth-{component}"))
+            .await?;
+        let metrics = manifests::free_port()?;
+        let health = manifests::free_port()?;
+        let mut all = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect-namespace=nodeauth-system".into(),
+            format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+            format!("--health-bind-address=127.0.0.1:{health}"),
+            "--log-format=json".into(),
+        ];
+        all.extend(args.iter().cloned());
+        let process = self.start_program(&unique_name(component), &program, &all)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, _)) = manifests::http_get(health, "/readyz") {
+                return Ok((process, metrics));
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "{component} not ready in 60s:\n{}",
+                    process.log_tail(30)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
