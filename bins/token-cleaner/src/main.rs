@@ -23,6 +23,7 @@ use nodeauth_runtime::{
 use nodeauth_token::k8s::secret_from_k8s;
 use nodeauth_token::signer::plan_cleanup;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// Delete bootstrap token Secrets whose `expiration` has passed, exactly when it passes.
 ///
@@ -54,8 +55,11 @@ enum Error {
 
 struct Ctx {
     secrets: Api<Secret>,
+    store: kube::runtime::reflector::Store<Secret>,
     reconciles: ReconcileMetrics,
     deleted: Counter,
+    tokens: Gauge,
+    next_expiry: Gauge,
 }
 
 #[tokio::main]
@@ -70,20 +74,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "Expired bootstrap token Secrets deleted",
         deleted.clone(),
     );
+    let (tokens, next_expiry) = (Gauge::default(), Gauge::default());
+    rt.metrics().register(
+        "nodeauth_token_cleaner_tokens",
+        "Bootstrap token Secrets watched (after the last reconcile)",
+        tokens.clone(),
+    );
+    rt.metrics().register(
+        "nodeauth_token_cleaner_next_expiry_timestamp_seconds",
+        "Unix time of the soonest upcoming token expiry (0: none expires)",
+        next_expiry.clone(),
+    );
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     rt.run(move |stop: CancellationToken| async move {
         let secrets: Api<Secret> = Api::namespaced(client, TOKEN_NAMESPACE);
-        let ctx = Arc::new(Ctx {
-            secrets: secrets.clone(),
-            reconciles,
-            deleted,
-        });
         let controller = Controller::new(
-            secrets,
+            secrets.clone(),
             watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
         );
         let store = controller.store();
+        let ctx = Arc::new(Ctx {
+            secrets,
+            store: store.clone(),
+            reconciles,
+            deleted,
+            tokens,
+            next_expiry,
+        });
         let ready = async move {
             let _ = store.wait_until_ready().await;
             synced.set_ready(true);
@@ -143,6 +161,17 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             }
         }
     }
+    // Gauges over every cached token (cheap: a handful of Secrets).
+    let all: Vec<_> = ctx
+        .store
+        .state()
+        .iter()
+        .map(|s| secret_from_k8s(s))
+        .collect();
+    let overall = plan_cleanup(all.iter(), now);
+    ctx.tokens.set(i64::try_from(all.len()).unwrap_or(i64::MAX));
+    ctx.next_expiry
+        .set(overall.next_wake.map_or(0, |t| t.as_second()));
     timer.success();
     Ok(match plan.next_wake {
         // Wake exactly at expiry (plus a hair, so "expired" holds when we look).
