@@ -5,8 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, PostParams};
 
 use common::*;
 
@@ -51,37 +50,30 @@ async fn ten_concurrent_credential_calls_create_exactly_one_csr() {
 #[tokio::test]
 async fn a_denied_csr_gives_a_clear_error_and_no_retry_storm() {
     start_issuers();
-    // Nobody auto-approves this token's CSRs.
-    let token = node_token(false).await;
+    let token = node_token(true).await;
     let node = NodeDir::new();
     node.write_token_bootstrap(&token);
+    // The impostor case: a Node of that name exists, so nodeauth's approver denies the
+    // bootstrap CSR (rule node.must_not_exist) — the agent must say so and stop.
+    let admin = cp().admin_client().await.unwrap();
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin)
+        .create(
+            &PostParams::default(),
+            &nodeauth_testenv::named::<k8s_openapi::api::core::v1::Node>(&node.name),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the approver's Node cache
     let mut args = vec!["credential".to_string()];
     args.extend(node.node_args());
     let running = tokio::spawn(agent(args.clone()));
-
-    // Deny its CSR as an admin would.
-    let admin = cp().admin_client().await.unwrap();
-    let api: Api<CertificateSigningRequest> = Api::all(admin);
-    let name = loop {
-        if let Some(c) = csrs_for(&node.name).await.into_iter().next() {
-            break c.metadata.name.unwrap();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let patch = serde_json::json!({"status": {"conditions": [{
-        "type": "Denied", "status": "True",
-        "reason": "MachineUnknown", "message": "no machine in the inventory has this name"
-    }]}});
-    api.patch_approval(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .unwrap();
 
     let out = running.await.unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("denied"), "{stderr}");
-    assert!(stderr.contains("MachineUnknown"), "{stderr}");
-    assert!(stderr.contains("no machine in the inventory"), "{stderr}");
+    assert!(stderr.contains("NodeauthPolicyDenied"), "{stderr}");
+    assert!(stderr.contains("node.must_not_exist"), "{stderr}");
     assert!(out.stdout.is_empty(), "no credential printed");
 
     // Asked again (a kubelet retrying the plugin, a restarted agent): same CSR, same answer.

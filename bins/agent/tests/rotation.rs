@@ -7,6 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use kube::api::Api;
+
 use nodeauth_agent::csr::CertificateKind;
 use nodeauth_agent::{CredentialUsed, NodeAgent, NodeConfig, Outcome};
 use nodeauth_certstore::{Pair, PairKind};
@@ -45,6 +47,7 @@ async fn renewal_with_an_injected_clock_uses_the_current_certificate_then_falls_
         ),
         "{outcome:?}"
     );
+    register_node(&node.name).await;
     // expirationSeconds 600 was honoured (signers may backdate NotBefore, so check NotAfter).
     let left = first.not_after().duration_since(SystemTime::now()).unwrap();
     assert!(
@@ -83,7 +86,16 @@ async fn renewal_with_an_injected_clock_uses_the_current_certificate_then_falls_
         Some(format!("system:node:{}", node.name).as_str())
     );
 
-    // 11 minutes later: expired during "downtime" → the bootstrap credential.
+    // 11 minutes later: expired during "downtime" → the bootstrap credential. nodeauth's
+    // documented policy never lets a bootstrap token claim an existing Node (that is the
+    // impostor hole), so the operator's remedy for a node that was down past its certificate
+    // is to delete its Node first (or to use an attested policy); do that here.
+    let admin = cp().admin_client().await.unwrap();
+    Api::<k8s_openapi::api::core::v1::Node>::all(admin)
+        .delete(&node.name, &Default::default())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let (_, outcome) = agent_lib(&node, Duration::from_secs(660))
         .ensure(&CertificateKind::Client, &renew_when_overdue, None)
         .await
@@ -116,6 +128,7 @@ async fn the_daemon_rotates_before_expiry_and_the_exec_kubeconfig_keeps_working(
     let out = agent(cred).await;
     assert!(out.status.success(), "{}", text(&out));
     let first = Pair::parse(&std::fs::read(node.current()).unwrap()).unwrap();
+    register_node(&node.name).await;
     let since_nb = SystemTime::now()
         .duration_since(first.not_before())
         .unwrap()

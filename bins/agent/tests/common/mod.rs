@@ -14,28 +14,29 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{
-    ControlPlane, Credential, Kcm, KcmOptions, bind_cluster_role_to_group,
-    bind_kubeadm_node_bootstrap, manifests, unique_name,
+    ControlPlane, Credential, bind_cluster_role_to_group, bind_kubeadm_node_bootstrap, manifests,
+    unique_name,
 };
 
 pub fn cp() -> &'static ControlPlane {
     ControlPlane::shared().expect("control plane")
 }
 
-/// Starts what approves and signs node client CSRs, once per test binary.
-///
-/// Today: upstream kube-controller-manager's `csrapproving` + `csrsigning` (with kubeadm's
-/// RBAC bindings, see [`node_token`]) and its `bootstrapsigner` for cluster-info signatures.
-/// This is the one place to swap in nodeauth's own approver and signer.
+/// Starts what approves and signs node client CSRs, once per test binary: nodeauth's own
+/// approver (the documented policy, deploy/approver/policy.yaml), signer and bootstrap-signer,
+/// each under its deploy/ RBAC (nodeauth_testenv::nodeauth).
 pub fn start_issuers() {
-    static ISSUERS: OnceLock<Kcm> = OnceLock::new();
+    static ISSUERS: OnceLock<nodeauth_testenv::Nodeauth> = OnceLock::new();
     ISSUERS.get_or_init(|| {
-        cp().start_kcm(&KcmOptions::controllers(&[
-            "csrapproving",
-            "csrsigning",
-            "bootstrapsigner",
-        ]))
-        .expect("kube-controller-manager")
+        // Started from whichever test gets here first; the processes outlive its runtime.
+        std::thread::spawn(|| {
+            tokio::runtime::Runtime::new()
+                .unwrap()
+                .block_on(cp().start_nodeauth(&nodeauth_testenv::NodeauthOptions::default()))
+                .expect("nodeauth's approver, signer and bootstrap-signer")
+        })
+        .join()
+        .unwrap()
     });
 }
 
@@ -265,4 +266,22 @@ pub async fn csrs_for(node: &str) -> Vec<CertificateSigningRequest> {
                 .is_some_and(|r| r.subject().common_name() == Some(cn.as_str()))
         })
         .collect()
+}
+
+/// Registers the Node `name` as its kubelet would once it has a client certificate: nodeauth's
+/// documented policy renews a node's certificate only while its Node exists.
+pub async fn register_node(name: &str) {
+    let admin = cp().admin_client().await.unwrap();
+    match Api::<k8s_openapi::api::core::v1::Node>::all(admin)
+        .create(
+            &PostParams::default(),
+            &nodeauth_testenv::named::<k8s_openapi::api::core::v1::Node>(name),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("creating Node {name}: {e}"),
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await; // the approver's Node cache
 }

@@ -1,0 +1,76 @@
+//! Seed 001's design with an unmodified kubelet v1.37.1: its kubeconfig's user is
+//! `exec: agent credential ...` (no bootstrap kubeconfig, rotateCertificates: false). The agent
+//! bootstraps through a CSR that nodeauth's approver approves and signer issues; the kubelet
+//! registers its Node and becomes Ready with that identity.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::wait::await_condition;
+use nodeauth_testenv::KubeletOptions;
+
+fn ready(n: Option<&Node>) -> bool {
+    n.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn an_unmodified_kubelet_runs_on_the_agent_as_its_credential_plugin() {
+    start_issuers();
+    let token = node_token(true).await;
+    let node = NodeDir::new();
+    node.write_token_bootstrap(&token);
+    let exec = std::fs::read_to_string(node.write_exec_kubeconfig()).unwrap();
+    let mut kubelet = cp()
+        .start_kubelet(&KubeletOptions {
+            node_name: node.name.clone(),
+            bootstrap_kubeconfig: None,
+            kubeconfig: Some(exec),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
+            extra_args: vec![],
+        })
+        .expect("kubelet");
+    let admin = cp().admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin);
+    if tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(nodes.clone(), &node.name, ready),
+    )
+    .await
+    .is_err()
+    {
+        panic!(
+            "node {} not Ready; kubelet log:\n{}",
+            node.name,
+            kubelet.process_mut().log_tail(40)
+        );
+    }
+    // The identity came from the agent's store, through one CSR approved by nodeauth's
+    // bootstrap policy.
+    assert!(node.current().exists(), "the agent stored the pair");
+    let csrs = csrs_for(&node.name).await;
+    assert_eq!(csrs.len(), 1, "exactly one client CSR");
+    let condition = csrs[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Approved"))
+        .cloned()
+        .expect("approved");
+    assert!(
+        condition
+            .message
+            .unwrap_or_default()
+            .contains("policy bootstrap"),
+        "approved by nodeauth's approver"
+    );
+    let (user, groups) = whoami_with_current(&node).await;
+    assert_eq!(user, format!("system:node:{}", node.name));
+    assert!(groups.contains(&"system:nodes".to_string()));
+}
