@@ -1,11 +1,13 @@
 //! `cargo xtask demo`: the README's main command.
 //!
-//! What it shows today (it grows as the approver, signer and agent land):
-//! a local control plane; nodeauth's `bootstrap-signer` and `token-cleaner` running under the
-//! RBAC they ship with; a bootstrap token whose cluster-info signature appears at once and
-//! disappears when the token expires; and the hole nodeauth exists to close, reproduced live
-//! against upstream kube-controller-manager — with the impostor's CSR built by nodeauth's own CSR
-//! builder and inspected by `kubectl nodeauth csr inspect`. The cluster is left running.
+//! A local control plane with NO kube-controller-manager: nodeauth alone — bootstrap-signer,
+//! token-cleaner, approver (the documented policy) and signer, each under the RBAC it ships
+//! with — joins a node with the agent from nothing but a token and a CA pin, denies an impostor
+//! using the same token for the existing node's name (the reason shown), issues a serving
+//! certificate within the Node's addresses, rotates the client certificate, and expires the
+//! token. It prints a timeline and leaves the cluster running.
+//!
+//! Not shown yet: a TPM-attested join (tested in bins/approver/tests/tpm.rs).
 
 use std::future::Future;
 use std::io::{IsTerminal, Write};
@@ -14,20 +16,19 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use nodeauth_testenv::kubeconfig::{self, Credential};
 use nodeauth_testenv::process::{Lifetime, Process};
 use nodeauth_testenv::{client_from_kubeconfig, cluster, manifests};
 
-/// KCM's CSR controllers only: the cluster-info signatures in this demo are nodeauth's.
-const KCM_CONTROLLERS: [&str; 2] = ["csrapproving", "csrsigning"];
+/// The group `kubectl nodeauth token create` puts tokens in.
 const GROUP: &str = "system:bootstrappers:nodeauth:default-node-token";
-const TOKEN_TTL_SECONDS: u64 = 20;
+const TOKEN_TTL_SECONDS: u64 = 30;
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
 struct Timeline {
     started: Instant,
@@ -104,6 +105,12 @@ fn build_binaries() -> Result<PathBuf> {
             "token-cleaner",
             "-p",
             "kubectl-nodeauth",
+            "-p",
+            "approver",
+            "-p",
+            "signer",
+            "-p",
+            "agent",
         ])
         .status()
         .context("running cargo build")?;
@@ -163,15 +170,13 @@ async fn demo(state: &Path) -> Result<()> {
         started: Instant::now(),
         step: 0,
     };
-    println!(
-        "nodeauth demo: a local Kubernetes v1.37.1 control plane, nodeauth's token controllers,"
-    );
-    println!("and the node-impersonation hole nodeauth exists to close.\n");
+    println!("nodeauth demo: a local Kubernetes v1.37.1 control plane where nodeauth alone gives");
+    println!("nodes their identity — no kube-controller-manager runs.\n");
 
     t.step("building nodeauth's binaries (cargo build)");
     let bin = build_binaries()?;
 
-    let s = t.step("starting etcd + kube-apiserver + upstream kube-controller-manager (csrapproving, csrsigning)");
+    let s = t.step("starting etcd + kube-apiserver (no kube-controller-manager)");
     // Start from a clean slate: a cluster left by an earlier demo or `cluster up` is replaced.
     let replaced = cluster::down(state)?;
     if !replaced.is_empty() {
@@ -180,54 +185,81 @@ async fn demo(state: &Path) -> Result<()> {
             state.display()
         ));
     }
-    let up = cluster::up(state, Some(&KCM_CONTROLLERS))?;
+    let up = cluster::up(state, None)?;
     t.detail(format!("ready in {:.1?} at {}", s.elapsed(), up.server));
     let admin_kc = up.admin_kubeconfig.clone();
     let admin = client_from_kubeconfig(&std::fs::read_to_string(&admin_kc)?).await?;
+    let ca_pem = std::fs::read_to_string(state.join("pki/ca.crt"))?;
 
-    t.step("deploying nodeauth-system and the least-privilege RBAC from deploy/ (bootstrap-signer, token-cleaner)");
+    t.step("deploying nodeauth-system and each controller's least-privilege RBAC from deploy/");
     manifests::apply_file(&admin, &manifests::deploy_dir().join("namespace.yaml")).await?;
     manifests::apply_file(
         &admin,
         &manifests::deploy_dir().join("cluster-info-rbac.yaml"),
     )
     .await?;
-    let mut controllers = vec![];
-    for (component, sa) in [
-        ("bootstrap-signer", "nodeauth-bootstrap-signer"),
-        ("token-cleaner", "nodeauth-token-cleaner"),
-    ] {
+    // The signer uses the cluster CA for both kubelet signers (as kubeadm configures
+    // kube-controller-manager), so kube-apiserver already trusts its client certificates.
+    let (ca_crt, ca_key) = (state.join("pki/ca.crt"), state.join("pki/ca.key"));
+    let policy = manifests::deploy_dir().join("approver/policy.yaml");
+    let controllers: [(&str, Vec<String>); 4] = [
+        ("bootstrap-signer", vec![]),
+        ("token-cleaner", vec![]),
+        ("approver", vec![format!("--policy={}", policy.display())]),
+        (
+            "signer",
+            [CLIENT_SIGNER, SERVING_SIGNER]
+                .iter()
+                .map(|n| format!("--signer={n}={},{}", ca_crt.display(), ca_key.display()))
+                .collect(),
+        ),
+    ];
+    let mut health_ports = vec![];
+    t.step("starting bootstrap-signer, token-cleaner, approver and signer as their ServiceAccounts (leader-elected)");
+    for (component, extra) in &controllers {
+        let sa = format!("nodeauth-{component}");
         manifests::apply_file(
             &admin,
             &manifests::deploy_dir().join(component).join("rbac.yaml"),
         )
         .await?;
-        let token = manifests::service_account_token(&admin, "nodeauth-system", sa).await?;
+        let token = manifests::service_account_token(&admin, "nodeauth-system", &sa).await?;
         let kc = state.join(format!("{component}.kubeconfig"));
-        let ca = std::fs::read_to_string(state.join("pki/ca.crt"))?;
         std::fs::write(
             &kc,
-            kubeconfig::render(&up.server, &ca, sa, &Credential::Token(token)),
+            kubeconfig::render(&up.server, &ca_pem, &sa, &Credential::Token(token)),
         )?;
-        controllers.push((component, kc));
-    }
-
-    t.step("starting bootstrap-signer and token-cleaner as their ServiceAccounts (leader-elected)");
-    for (component, kc) in &controllers {
+        let health = manifests::free_port()?;
+        let mut args = vec![
+            format!("--kubeconfig={}", kc.display()),
+            "--leader-elect-namespace=nodeauth-system".into(),
+            "--metrics-bind-address=0".into(),
+            format!("--health-bind-address=127.0.0.1:{health}"),
+        ];
+        args.extend(extra.iter().cloned());
         let p = Process::start(
             component,
             &bin.join(component),
-            &[
-                format!("--kubeconfig={}", kc.display()),
-                "--leader-elect-namespace=nodeauth-system".into(),
-                "--metrics-bind-address=0".into(),
-                "--health-bind-address=0".into(),
-            ],
+            &args,
             &state.join("logs").join(format!("{component}.log")),
             Lifetime::Detached,
         )?;
         cluster::record_process(state, component, p.into_detached_pid())?;
+        health_ports.push((*component, health));
     }
+    let (_, took) = waiting(
+        "the controllers to lead and sync their caches",
+        Duration::from_secs(60),
+        async {
+            for (_, port) in &health_ports {
+                while !matches!(manifests::http_get(*port, "/readyz"), Ok((200, _))) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        },
+    )
+    .await?;
+    t.detail(format!("all four Ready in {took:.1?}"));
 
     t.step("publishing kube-public/cluster-info: kubectl nodeauth cluster-info publish");
     cli(
@@ -242,10 +274,22 @@ async fn demo(state: &Path) -> Result<()> {
         ],
         None,
     )?;
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, GROUP).await?;
-    t.detail(format!(
-        "and kubeadm's usual bindings for {GROUP} (auto-approval of node client CSRs)"
-    ));
+    // Token holders may CREATE CSRs (kubeadm's system:node-bootstrapper binding) — but no
+    // auto-approval binding: the approver decides. Nodes may create their renewal CSRs.
+    nodeauth_testenv::bind_cluster_role_to_group(
+        &admin,
+        "nodeauth-demo:node-bootstrapper",
+        "system:node-bootstrapper",
+        GROUP,
+    )
+    .await?;
+    nodeauth_testenv::bind_cluster_role_to_group(
+        &admin,
+        "nodeauth-demo:nodes-create-csrs",
+        "system:node-bootstrapper",
+        "system:nodes",
+    )
+    .await?;
 
     t.step(&format!(
         "creating a bootstrap token: kubectl nodeauth token create --ttl {TOKEN_TTL_SECONDS}s"
@@ -261,14 +305,11 @@ async fn demo(state: &Path) -> Result<()> {
     let (id, _) = token
         .split_once('.')
         .context("token create printed no token")?;
-    t.detail(format!(
-        "token {id}.<secret> (the secret is printed only where you ask for the token)"
-    ));
-
+    t.detail(format!("token {id}.<secret>"));
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-public");
     let key = format!("jws-kubeconfig-{id}");
     let k = key.clone();
-    let (cm, took) = waiting(
+    let (_, took) = waiting(
         "bootstrap-signer to sign cluster-info",
         Duration::from_secs(30),
         await_condition(cms.clone(), "cluster-info", move |c: Option<&ConfigMap>| {
@@ -277,140 +318,218 @@ async fn demo(state: &Path) -> Result<()> {
         }),
     )
     .await?;
-    let data = cm?.and_then(|c| c.data).context("cluster-info vanished")?;
-    t.step(&format!(
+    t.detail(format!(
         "bootstrap-signer signed cluster-info as {key} in {took:.1?}"
     ));
-    let kubeconfig_file = state.join("cluster-info.kubeconfig");
-    std::fs::write(&kubeconfig_file, &data["kubeconfig"])?;
-    let (code, _) = cli(
+    let (_, pin) = cli(
         &bin,
         &admin_kc,
-        Some(&token),
-        &[
-            "cluster-info",
-            "verify",
-            "--kubeconfig",
-            &kubeconfig_file.display().to_string(),
-            "--signature",
-            &data[&key],
-        ],
+        None,
+        &["ca-hash", &ca_crt.display().to_string()],
         None,
     )?;
-    t.detail(format!(
-        "kubectl nodeauth cluster-info verify: {}",
-        if code == 0 {
-            "valid (what a joining node checks before it trusts the CA)"
-        } else {
-            "INVALID"
-        }
-    ));
+    let pin = pin
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
 
-    let victim = "node-a";
-    t.step(&format!("THE HOLE: Node {victim} exists; the token holder asks for a certificate as system:node:{victim}"));
-    Api::<Node>::all(admin.clone())
+    // Node A joins from nothing but the token and the CA pin.
+    let node = "node-a";
+    let node_dir = state.join("nodes").join(node);
+    std::fs::create_dir_all(&node_dir)?;
+    let node_args = |dir: &Path, name: &str| -> Vec<String> {
+        vec![
+            format!("--node-name={name}"),
+            format!("--cert-dir={}", dir.join("pki").display()),
+            format!(
+                "--bootstrap-kubeconfig={}",
+                dir.join("bootstrap-kubelet.conf").display()
+            ),
+            "--expiration-seconds=600".into(),
+            "--csr-timeout=60s".into(),
+        ]
+    };
+    let server = up.server.trim_start_matches("https://").to_string();
+    t.step(&format!(
+        "{node} joins: agent join --server {server} --token {id}.<secret> --discovery-token-ca-cert-hash {pin}"
+    ));
+    let started = Instant::now();
+    let mut join = node_args(&node_dir, node);
+    join.extend([
+        "join".to_string(),
+        format!("--server={server}"),
+        format!("--discovery-token-ca-cert-hash={pin}"),
+        format!(
+            "--kubelet-kubeconfig={}",
+            node_dir.join("kubelet.conf").display()
+        ),
+    ]);
+    let out = agent(&bin, &join, &token)?;
+    if !out.status.success() {
+        bail!(
+            "agent join failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let current = node_dir.join("pki/kubelet-client-current.pem");
+    let pair = nodeauth_certstore::Pair::parse(&std::fs::read(&current)?)?;
+    t.detail(format!(
+        "discovered and verified the cluster, CSR approved and issued in {:.1?}",
+        started.elapsed()
+    ));
+    t.detail(format!(
+        "stored {} -> {}",
+        current.display(),
+        pair.subject()
+    ));
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    for c in csrs.list(&Default::default()).await?.items {
+        if c.spec.signer_name == CLIENT_SIGNER {
+            t.detail(format!(
+                "CSR {}: {}",
+                c.metadata.name.unwrap_or_default(),
+                decision(&c.status)
+            ));
+        }
+    }
+    // The node registers itself (as its kubelet would), with its addresses.
+    let as_node = client_from_kubeconfig(&kubeconfig::render(
+        &up.server,
+        &ca_pem,
+        node,
+        &Credential::ClientCert {
+            cert_pem: pair.certificate_pem().to_string(),
+            key_pem: pair.key_pem().to_string(),
+        },
+    ))
+    .await?;
+    let nodes: Api<Node> = Api::all(as_node);
+    nodes
         .create(
             &PostParams::default(),
-            &nodeauth_testenv::named::<Node>(victim),
+            &nodeauth_testenv::named::<Node>(node),
         )
         .await?;
-    let key_pair = nodeauth_csr::CsrSigningKey::generate_p256()?;
-    let request = nodeauth_csr::CsrBuilder::kubelet_client(victim).build(&key_pair)?;
-    let ca = std::fs::read_to_string(state.join("pki/ca.crt"))?;
-    let as_token = client_from_kubeconfig(&kubeconfig::render(
-        &up.server,
-        &ca,
-        "impostor",
-        &Credential::Token(token.clone()),
-    ))
-    .await?;
-    let csrs: Api<CertificateSigningRequest> = Api::all(as_token);
-    let csr_name = format!("impostor-{}", nodeauth_testenv::random_lower_alnum(5));
-    csrs.create(
-        &PostParams::default(),
-        &CertificateSigningRequest {
-            metadata: ObjectMeta {
-                name: Some(csr_name.clone()),
-                ..Default::default()
-            },
-            spec: CertificateSigningRequestSpec {
-                request: k8s_openapi::ByteString(request.clone().into_bytes()),
-                signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
-                usages: Some(vec!["digital signature".into(), "client auth".into()]),
-                ..Default::default()
-            },
-            status: None,
-        },
-    )
-    .await?;
-    let admin_csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let (issued, took) = waiting(
-        "upstream kube-controller-manager",
-        Duration::from_secs(60),
-        await_condition(
-            admin_csrs,
-            &csr_name,
-            |c: Option<&CertificateSigningRequest>| {
-                c.and_then(|c| c.status.as_ref())
-                    .and_then(|s| s.certificate.as_ref())
-                    .is_some()
-            },
-        ),
-    )
-    .await?;
-    let status = issued?.and_then(|c| c.status).context("CSR vanished")?;
-    let reason = status
-        .conditions
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.type_ == "Approved")
-        .and_then(|c| c.reason)
-        .unwrap_or_default();
-    t.detail(format!("upstream kube-controller-manager approved ({reason}) and signed CSR {csr_name} in {took:.1?}"));
-    let cert_pem = String::from_utf8(status.certificate.context("no certificate")?.0)?;
-    let as_victim = client_from_kubeconfig(&kubeconfig::render(
-        &up.server,
-        &ca,
-        "impostor",
-        &Credential::ClientCert {
-            cert_pem,
-            key_pem: key_pair.to_pkcs8_pem()?.to_string(),
-        },
-    ))
-    .await?;
-    let read = Api::<Node>::all(as_victim).get(victim).await;
+    let addresses = serde_json::json!({"status": {"addresses": [
+        {"type": "InternalIP", "address": "10.0.0.11"}, {"type": "Hostname", "address": node}
+    ]}});
+    nodes
+        .patch_status(
+            node,
+            &Default::default(),
+            &kube::api::Patch::Merge(&addresses),
+        )
+        .await?;
     t.detail(format!(
-        "with that certificate the impostor reads Node {victim}: {}",
-        if read.is_ok() {
-            "allowed — it IS that node now"
-        } else {
-            "refused"
-        }
+        "as system:node:{node} it registered Node {node} (InternalIP 10.0.0.11)"
     ));
-    t.detail(
-        "nodeauth's approver denies exactly this (the node exists; no attestation) — not built yet",
-    );
 
-    t.step("what the CSR itself says: kubectl nodeauth csr inspect --signer kubernetes.io/kube-apiserver-client-kubelet");
-    let (_, text) = cli(
-        &bin,
-        &admin_kc,
-        None,
-        &[
-            "csr",
-            "inspect",
-            "--signer",
-            "kubernetes.io/kube-apiserver-client-kubelet",
-            "--usages",
-            "digital signature,client auth",
-            "-",
-        ],
-        Some(request.as_bytes()),
-    )?;
-    for l in text.lines() {
-        t.detail(l);
+    t.step(&format!(
+        "an IMPOSTOR with the same token asks for {node}'s identity: agent join --node-name {node}"
+    ));
+    let impostor_dir = state.join("nodes").join("impostor");
+    std::fs::create_dir_all(&impostor_dir)?;
+    let mut join = node_args(&impostor_dir, node);
+    join.extend([
+        "join".to_string(),
+        format!("--server={server}"),
+        format!("--discovery-token-ca-cert-hash={pin}"),
+    ]);
+    let out = agent(&bin, &join, &token)?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reason = stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or_default();
+    t.detail(format!(
+        "agent exit code {} (4 = denied): {}",
+        out.status.code().unwrap_or(-1),
+        reason.trim()
+    ));
+    if out.status.code() != Some(4) {
+        bail!("the impostor was not denied");
     }
-    t.detail("a perfectly valid kubelet CSR: only context (the Node exists, who asks, attestation) can tell");
+    t.detail("upstream kube-controller-manager approves this very request (crates/testenv/tests/upstream_kcm.rs)");
+
+    t.step(&format!(
+        "{node} runs the agent daemon: a serving certificate for its addresses, and rotation"
+    ));
+    // Rotate about 8 s from now, whatever the signer's backdating: fractions from this pair.
+    let since_nb = std::time::SystemTime::now()
+        .duration_since(pair.not_before())
+        .unwrap_or_default()
+        + Duration::from_secs(8);
+    let fraction = since_nb.as_secs_f64() / pair.lifetime().as_secs_f64();
+    let mut run = node_args(&node_dir, node);
+    run.extend([
+        format!("--rotation-min-fraction={fraction}"),
+        format!("--rotation-max-fraction={}", fraction + 0.01),
+        "run".into(),
+        "--serving".into(),
+        format!("--serving-dns={node}"),
+        "--serving-ip=10.0.0.11".into(),
+        "--no-host-addresses".into(),
+        "--metrics-bind-address=0".into(),
+        "--health-bind-address=0".into(),
+    ]);
+    let p = Process::start(
+        "agent-node-a",
+        &bin.join("agent"),
+        &run,
+        &state.join("logs").join("agent-node-a.log"),
+        Lifetime::Detached,
+    )?;
+    cluster::record_process(state, "agent-node-a", p.into_detached_pid())?;
+    let serving_link = node_dir.join("pki/kubelet-server-current.pem");
+    let (_, took) = waiting("the serving certificate", Duration::from_secs(60), async {
+        while !serving_link.exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await?;
+    for c in csrs.list(&Default::default()).await?.items {
+        if c.spec.signer_name == SERVING_SIGNER {
+            t.detail(format!(
+                "serving CSR {} (DNS:{node}, IP:10.0.0.11) in {took:.1?}: {}",
+                c.metadata.name.unwrap_or_default(),
+                decision(&c.status)
+            ));
+        }
+    }
+    let first_serial = pair.certificates_der().first().cloned();
+    let (_, took) = waiting(
+        "the client certificate to rotate",
+        Duration::from_secs(90),
+        async {
+            loop {
+                if let Ok(bytes) = std::fs::read(&current)
+                    && let Ok(p) = nodeauth_certstore::Pair::parse(&bytes)
+                    && p.certificates_der().first().cloned() != first_serial
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await?;
+    let username = format!("system:node:{node}");
+    for c in csrs.list(&Default::default()).await?.items {
+        if c.spec.signer_name == CLIENT_SIGNER && c.spec.username.as_deref() == Some(&username) {
+            t.detail(format!(
+                "rotated after {took:.1?}, renewing with its own certificate: CSR {}: {}",
+                c.metadata.name.unwrap_or_default(),
+                decision(&c.status)
+            ));
+        }
+    }
+    t.detail(format!(
+        "{} now points at a new pair (swapped atomically; old pairs kept: ls {})",
+        current.display(),
+        node_dir.join("pki").display()
+    ));
 
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "kube-system");
     let secret_name = format!("bootstrap-token-{id}");
@@ -457,11 +576,51 @@ async fn demo(state: &Path) -> Result<()> {
         bin.display()
     );
     println!(
-        "  kubectl get csr                               # the impostor's CSR, approved by upstream"
+        "  kubectl get csr                                  # every decision, with its reason"
     );
-    println!("  kubectl -n kube-public get cm cluster-info -o yaml");
-    println!("  kubectl nodeauth token create --ttl 1m         # watch bootstrap-signer sign it");
+    println!("  kubectl get csr -o yaml | grep -A3 'type: Denied'  # the impostor's");
+    println!(
+        "  kubectl events -n default                        # Approved / Denied / issued events"
+    );
+    println!("  ls -l {}", node_dir.join("pki").display());
+    println!(
+        "  kubectl nodeauth csr explain --policy {} --node <(kubectl get node {node} -o yaml) <(kubectl get csr NAME -o yaml)",
+        policy.display()
+    );
     println!("  logs: {}", state.join("logs").display());
     println!("Tear it down with: cargo xtask cluster down");
     Ok(())
+}
+
+/// Runs the agent with the token in its environment (never in argv).
+fn agent(bin: &Path, args: &[String], token: &str) -> Result<std::process::Output> {
+    Command::new(bin.join("agent"))
+        .args(args)
+        .env("NODEAUTH_TOKEN", token)
+        .output()
+        .context("running the agent")
+}
+
+/// The decision condition of a CSR, one line.
+fn decision(
+    status: &Option<k8s_openapi::api::certificates::v1::CertificateSigningRequestStatus>,
+) -> String {
+    let Some(status) = status else {
+        return "pending".into();
+    };
+    let issued = status.certificate.as_ref().is_some_and(|c| !c.0.is_empty());
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        .map(|c| {
+            format!(
+                "{} — {}{}",
+                c.type_,
+                c.message.clone().unwrap_or_default(),
+                if issued { " — issued" } else { "" }
+            )
+        })
+        .unwrap_or_else(|| "pending".into())
 }
