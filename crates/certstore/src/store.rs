@@ -820,10 +820,12 @@ mod tests {
             let mut any_renamed = false;
             for (i, op) in ops.iter().enumerate() {
                 let target = op.map(|n| Step::ALL[n]);
+                // Recovery runs without the fault (the crash being simulated is in store()).
+                let plain = CertStore::new(dir.path(), PairKind::Client).keep(keep);
+                let _lock = plain.lock().unwrap();
+                plain.recover().unwrap();
                 let store = CertStore::new(dir.path(), PairKind::Client).keep(keep)
                     .with_fault_hook(Arc::new(move |s| Some(s) == target));
-                let _lock = store.lock().unwrap();
-                store.recover().unwrap();
                 let res = store.store(&pair("n", 600), t0() + Duration::from_secs(i as u64));
                 match target {
                     None => { res.unwrap(); any_renamed = true; }
