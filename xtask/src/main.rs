@@ -360,11 +360,15 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
 }
 
 /// Packages whose feature-gated tests `cargo xtask test` runs as well.
-const FEATURE_TESTS: [(&str, &str); 2] = [
+const FEATURE_TESTS: [(&str, &str); 4] = [
     // The TPM agent on tss-esapi, against a real swtpm.
     ("nodeauth-tpm", "esapi"),
+    // The aws-lc-rs signing backend, its certificates checked against RustCrypto's.
+    ("nodeauth-issuer", "aws-lc"),
     // The Kubernetes-backed TOFU store (real control plane) and the test-only null provider.
     ("nodeauth-attest", "kube,null-provider"),
+    // `agent join --attestation tpm` on swtpm against the approver's attestation endpoint.
+    ("agent", "tpm"),
 ];
 
 /// Every fuzz target named in fuzz/Cargo.toml.

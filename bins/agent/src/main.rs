@@ -16,13 +16,13 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use nodeauth_agent::attestation::RequestAttestation;
 use nodeauth_agent::csr::{CertificateKind, CsrError};
 use nodeauth_agent::discovery::{
     self, CaVerification, DiscoveryError, DiscoverySource, RetryPolicy,
 };
 use nodeauth_agent::rotation::{Backoff, RotationPolicy, os_random};
 use nodeauth_agent::{AgentError, NodeAgent, NodeConfig, Outcome, exec, kubeconfig};
-use nodeauth_attest::Attestor;
 use nodeauth_certstore::{Pair, PairKind};
 use nodeauth_runtime::{
     Health, LogFormat, Metrics, ServerConfig, Servers, Shutdown, init_logging, parse_duration,
@@ -74,7 +74,8 @@ enum Attestation {
     None,
     /// The `insecure` provider: names the machine, proves nothing (bootstrap only).
     Insecure,
-    /// TPM 2.0: not available yet (needs the approver's challenge endpoint); refused.
+    /// TPM 2.0 (needs the `tpm` build feature): credential activation through the approver's
+    /// attestation endpoint (--attestation-endpoint), then TPM2_Certify of the CSR key.
     Tpm,
 }
 
@@ -124,13 +125,27 @@ struct NodeArgs {
     #[arg(long, env = "NODEAUTH_CSR_TIMEOUT", default_value = "15m", value_parser = parse_duration, global = true)]
     csr_timeout: Duration,
 
-    /// Attestation to put in bootstrap CSRs.
+    /// Attestation to put in CSRs (`insecure`: bootstrap client requests only).
     #[arg(long, env = "NODEAUTH_ATTESTATION", value_enum, default_value_t = Attestation::None, global = true)]
     attestation: Attestation,
 
     /// The ProviderID the attestation reports (e.g. aws:///zone/i-123). Default: `nodeauth://<node>`.
     #[arg(long, env = "NODEAUTH_PROVIDER_ID", global = true)]
     provider_id: Option<String>,
+
+    /// The approver's attestation endpoint for `--attestation tpm`, http://HOST:PORT (https is
+    /// not supported yet).
+    #[arg(long, env = "NODEAUTH_ATTESTATION_ENDPOINT", global = true)]
+    attestation_endpoint: Option<String>,
+
+    /// The TPM for `--attestation tpm` (a TSS2 TCTI, e.g. swtpm:host=127.0.0.1,port=2321).
+    #[arg(
+        long,
+        env = "NODEAUTH_TPM_TCTI",
+        default_value = "device:/dev/tpmrm0",
+        global = true
+    )]
+    tpm_tcti: String,
 
     /// Renew when this fraction of the lifetime has passed (earliest, jittered up to the max).
     #[arg(
@@ -360,8 +375,9 @@ fn rotation(args: &NodeArgs) -> RotationPolicy {
     }
 }
 
-/// The attestor for bootstrap CSRs, or None.
-fn attestor(args: &NodeArgs, node: &str) -> Result<Option<Box<dyn Attestor>>, Fail> {
+/// The attestation for CSRs, or None (`NodeAgent::ensure` decides per request whether to use
+/// it: `insecure` only for bootstrap client requests, `tpm` for every request).
+fn attestor(args: &NodeArgs, node: &str) -> Result<Option<Box<dyn RequestAttestation>>, Fail> {
     let provider_id = args
         .provider_id
         .clone()
@@ -376,13 +392,44 @@ fn attestor(args: &NodeArgs, node: &str) -> Result<Option<Box<dyn Attestor>>, Fa
                 nodeauth_attest::providers::insecure::InsecureAttestor::new(provider_id),
             )))
         }
-        Attestation::Tpm => Err(Fail(
-            exit::USAGE,
-            "--attestation tpm needs the approver's challenge endpoint (issue 6), which this agent \
-             does not talk to yet"
-                .into(),
-        )),
+        Attestation::Tpm => tpm_attestor(args, provider_id),
     }
+}
+
+#[cfg(feature = "tpm")]
+fn tpm_attestor(
+    args: &NodeArgs,
+    provider_id: String,
+) -> Result<Option<Box<dyn RequestAttestation>>, Fail> {
+    use nodeauth_agent::tpm::{Endpoint, TpmAttestation};
+    let url = args.attestation_endpoint.as_deref().ok_or_else(|| {
+        Fail(
+            exit::USAGE,
+            "--attestation tpm needs --attestation-endpoint (the approver's attestation endpoint)"
+                .into(),
+        )
+    })?;
+    let endpoint = Endpoint::parse(url)
+        .map_err(|e| Fail(exit::USAGE, format!("--attestation-endpoint: {e}")))?;
+    tracing::info!(tcti = args.tpm_tcti, endpoint = url, "TPM attestation");
+    Ok(Some(Box::new(TpmAttestation::new(
+        &args.tpm_tcti,
+        endpoint,
+        provider_id,
+    ))))
+}
+
+#[cfg(not(feature = "tpm"))]
+fn tpm_attestor(
+    _args: &NodeArgs,
+    _provider_id: String,
+) -> Result<Option<Box<dyn RequestAttestation>>, Fail> {
+    Err(Fail(
+        exit::USAGE,
+        "--attestation tpm: this agent was built without the `tpm` feature \
+         (cargo build -p agent --features tpm; links libtss2)"
+            .into(),
+    ))
 }
 
 async fn run(cli: Cli) -> Result<(), Fail> {
@@ -483,6 +530,8 @@ async fn join_cmd(node: &NodeArgs, args: &JoinArgs) -> Result<(), Fail> {
         }
     };
     let agent = agent_for(node)?;
+    // Bad attestation flags fail before any network traffic.
+    let attestor = attestor(node, &agent.config().node_name)?;
     let retry = RetryPolicy {
         interval: args.discovery_interval,
         timeout: args.discovery_timeout,
@@ -515,7 +564,6 @@ async fn join_cmd(node: &NodeArgs, args: &JoinArgs) -> Result<(), Fail> {
             ));
         }
     }
-    let attestor = attestor(node, &agent.config().node_name)?;
     let policy = rotation(node);
     let (pair, outcome) = agent
         .ensure(

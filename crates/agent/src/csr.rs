@@ -20,6 +20,8 @@ use nodeauth_csr::{
 };
 use sha2::{Digest, Sha512_256};
 
+use crate::attestation::RequestAttestation;
+
 /// What certificate to ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CertificateKind {
@@ -86,6 +88,10 @@ pub enum PrepareError {
     /// A serving request without SANs.
     #[error("a serving certificate needs at least one DNS name or IP address")]
     NoSans,
+    /// TPM attestation failed (feature `tpm`); the error names the step.
+    #[cfg(feature = "tpm")]
+    #[error("TPM attestation: {0}")]
+    Tpm(#[from] crate::tpm::TpmError),
 }
 
 /// Upstream kubelet's deterministic CSR name (pkg/kubelet/certificate/bootstrap):
@@ -130,7 +136,34 @@ pub fn prepare(
     attestor: Option<&dyn Attestor>,
     challenge: Option<&[u8]>,
 ) -> Result<PreparedCsr, PrepareError> {
-    let builder = match kind {
+    let builder = builder_for(node_name, kind)?;
+    let pem = match attestor {
+        Some(a) => attested_csr(builder, key, node_name, a, challenge, None)?,
+        None => builder.build(key)?,
+    };
+    finish(node_name, kind, key, signer_name, expiration_seconds, pem)
+}
+
+/// Like [`prepare`], attested by `attestation` (which may first talk to the approver, as the
+/// TPM provider does for its ticket).
+///
+/// # Errors
+/// A [`PrepareError`].
+pub async fn prepare_attested(
+    node_name: &str,
+    kind: &CertificateKind,
+    key: &CsrSigningKey,
+    signer_name: Option<&str>,
+    expiration_seconds: Option<i32>,
+    attestation: &dyn RequestAttestation,
+) -> Result<PreparedCsr, PrepareError> {
+    let builder = builder_for(node_name, kind)?;
+    let pem = attestation.attested_pem(builder, key, node_name).await?;
+    finish(node_name, kind, key, signer_name, expiration_seconds, pem)
+}
+
+fn builder_for(node_name: &str, kind: &CertificateKind) -> Result<CsrBuilder, PrepareError> {
+    Ok(match kind {
         CertificateKind::Client => CsrBuilder::kubelet_client(node_name),
         CertificateKind::Serving { dns, ips } => {
             if dns.is_empty() && ips.is_empty() {
@@ -145,11 +178,17 @@ pub fn prepare(
             }
             b
         }
-    };
-    let pem = match attestor {
-        Some(a) => attested_csr(builder, key, node_name, a, challenge, None)?,
-        None => builder.build(key)?,
-    };
+    })
+}
+
+fn finish(
+    node_name: &str,
+    kind: &CertificateKind,
+    key: &CsrSigningKey,
+    signer_name: Option<&str>,
+    expiration_seconds: Option<i32>,
+    pem: String,
+) -> Result<PreparedCsr, PrepareError> {
     let usages = kind.usages(key);
     let usage_refs: Vec<&str> = usages.iter().map(String::as_str).collect();
     let name = deterministic_name(

@@ -17,6 +17,9 @@
 //!   under its lock.
 //! - [`rotation`]: jittered renewal deadlines (70–90% of the lifetime) and backoff.
 //! - [`exec`]: the `client.authentication.k8s.io/v1` ExecCredential.
+//! - [`attestation`]: attesting each request with the key it carries.
+//! - `tpm` (feature `tpm`, links libtss2): TPM 2.0 attestation — credential activation through
+//!   the approver's attestation endpoint, then TPM2_Certify of the CSR key.
 //!
 //! The crate reads no environment and prints nothing; the `agent` binary owns flags, logs and
 //! exit codes. Secrets (tokens, keys) never appear in `Debug` output or errors.
@@ -61,11 +64,14 @@
     )
 )]
 
+pub mod attestation;
 pub mod csr;
 pub mod discovery;
 pub mod exec;
 pub mod kubeconfig;
 pub mod node;
 pub mod rotation;
+#[cfg(feature = "tpm")]
+pub mod tpm;
 
 pub use node::{AgentError, Clock, CredentialUsed, NodeAgent, NodeConfig, Outcome};

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nodeauth_attest::Attestor;
 use nodeauth_certstore::{
     CertStore, DEFAULT_KEEP, Pair, PairError, PairKind, PendingKey, Recovery, StoreError,
 };
 
+use crate::attestation::RequestAttestation;
 use crate::csr::{self, CertificateKind, CsrError, PrepareError};
 use crate::kubeconfig::{self, KubeconfigError};
 
@@ -198,7 +198,9 @@ impl NodeAgent {
     /// pending key, so a restarted agent re-attaches to its earlier CSR.
     ///
     /// `attestor` attests bootstrap requests; renewals and serving requests are attested only
-    /// by providers other than `insecure` (seed 001 forbids it there).
+    /// by providers other than `insecure` (seed 001 forbids it there). It is called once per
+    /// request with the request's key (the TPM provider certifies that key and needs a fresh
+    /// ticket each time).
     ///
     /// # Errors
     /// An [`AgentError`]; [`AgentError::is_refusal`] tells a denied/failed CSR apart.
@@ -206,7 +208,7 @@ impl NodeAgent {
         &self,
         kind: &CertificateKind,
         needs_renewal: &(dyn Fn(&Pair, SystemTime) -> bool + Send + Sync),
-        attestor: Option<&dyn Attestor>,
+        attestor: Option<&dyn RequestAttestation>,
     ) -> Result<(Pair, Outcome), AgentError> {
         let pair_kind = match kind {
             CertificateKind::Client => PairKind::Client,
@@ -264,15 +266,28 @@ impl NodeAgent {
             PairKind::Client => self.config.client_signer.as_deref(),
             PairKind::Serving => self.config.serving_signer.as_deref(),
         };
-        let req = csr::prepare(
-            &self.config.node_name,
-            kind,
-            &key,
-            signer,
-            self.config.expiration_seconds,
-            attestor,
-            None,
-        )?;
+        let req = match attestor {
+            Some(a) => {
+                csr::prepare_attested(
+                    &self.config.node_name,
+                    kind,
+                    &key,
+                    signer,
+                    self.config.expiration_seconds,
+                    a,
+                )
+                .await?
+            }
+            None => csr::prepare(
+                &self.config.node_name,
+                kind,
+                &key,
+                signer,
+                self.config.expiration_seconds,
+                None,
+                None,
+            )?,
+        };
         let (cert_pem, sub) =
             csr::request_certificate(&client, &req, self.config.csr_timeout).await?;
         let key_pem = key

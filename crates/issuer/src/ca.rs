@@ -14,6 +14,9 @@ use x509_cert::serial_number::SerialNumber;
 use x509_cert::spki::{AlgorithmIdentifierOwned, SubjectPublicKeyInfoOwned};
 use zeroize::Zeroizing;
 
+use crate::backend::SigningBackend;
+#[cfg(feature = "aws-lc")]
+use crate::backend::aws_lc::AwsLcKey;
 use crate::encode::{self, Tbs};
 use crate::error::{CaError, IssueError};
 
@@ -42,7 +45,7 @@ impl fmt::Display for KeyType {
     }
 }
 
-pub(crate) enum CaKey {
+enum CaKey {
     P256(p256::ecdsa::SigningKey),
     P384(p384::ecdsa::SigningKey),
     Rsa(Box<rsa::pkcs1v15::SigningKey<sha2::Sha256>>, u32),
@@ -73,7 +76,7 @@ impl CaKey {
         Ok(doc.as_bytes().to_vec())
     }
 
-    pub(crate) fn algorithm(&self) -> AlgorithmIdentifierOwned {
+    fn algorithm(&self) -> AlgorithmIdentifierOwned {
         let (oid, parameters) = match self {
             CaKey::P256(_) => (oids::ECDSA_SHA256, None),
             CaKey::P384(_) => (oids::ECDSA_SHA384, None),
@@ -83,7 +86,7 @@ impl CaKey {
         AlgorithmIdentifierOwned { oid, parameters }
     }
 
-    pub(crate) fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, IssueError> {
+    fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, IssueError> {
         let err = |e: signature::Error| IssueError::Build(format!("signing: {e}"));
         Ok(match self {
             CaKey::P256(k) => {
@@ -115,6 +118,21 @@ impl CaKey {
                 rsa::pkcs8::EncodePrivateKey::to_pkcs8_pem(private, le)
             }
             CaKey::Ed25519(k) => k.to_pkcs8_pem(le),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    #[cfg(feature = "aws-lc")]
+    fn to_pkcs8_der(&self) -> Result<der::SecretDocument, String> {
+        use p256::pkcs8::EncodePrivateKey as _;
+        match self {
+            CaKey::P256(k) => k.to_pkcs8_der(),
+            CaKey::P384(k) => k.to_pkcs8_der(),
+            CaKey::Rsa(k, _) => {
+                let private: &rsa::RsaPrivateKey = k.as_ref().as_ref();
+                rsa::pkcs8::EncodePrivateKey::to_pkcs8_der(private)
+            }
+            CaKey::Ed25519(k) => k.to_pkcs8_der(),
         }
         .map_err(|e| e.to_string())
     }
@@ -225,9 +243,14 @@ impl CaKey {
 
 /// A CA that issues certificates: its certificate, optional chain, and private key.
 ///
-/// `Debug` shows the subject, key type and validity, never key material.
+/// `Debug` shows the subject, key type, signing backend and validity, never key material.
 pub struct CertificateAuthority {
-    pub(crate) key: CaKey,
+    /// The key as loaded (RustCrypto): the public key, PKCS #8 export, and the
+    /// [`SigningBackend::RustCrypto`] signatures.
+    key: CaKey,
+    /// The same key in aws-lc-rs, when that backend signs.
+    #[cfg(feature = "aws-lc")]
+    aws_lc: Option<AwsLcKey>,
     pub(crate) subject: Name,
     pub(crate) key_id: Vec<u8>,
     not_before: jiff::Timestamp,
@@ -241,6 +264,7 @@ impl fmt::Debug for CertificateAuthority {
         f.debug_struct("CertificateAuthority")
             .field("subject", &self.subject.to_string())
             .field("key_type", &self.key.key_type())
+            .field("backend", &self.backend())
             .field("not_before", &self.not_before)
             .field("not_after", &self.not_after)
             .finish_non_exhaustive()
@@ -348,15 +372,97 @@ impl CertificateAuthority {
         for der in certs.iter().skip(1) {
             chain_pem.push_str(&pem(der)?);
         }
-        Ok(Self {
+        let ca = Self {
             key,
+            #[cfg(feature = "aws-lc")]
+            aws_lc: None,
             subject: tbs.subject().clone(),
             key_id,
             not_before,
             not_after,
             bundle_pem: format!("{certificate_pem}{chain_pem}"),
             certificate_pem,
-        })
+        };
+        #[cfg(feature = "aws-lc")]
+        let ca = ca.with_backend_checked(
+            SigningBackend::DEFAULT,
+            tbs.subject_public_key_info().subject_public_key.raw_bytes(),
+        )?;
+        Ok(ca)
+    }
+
+    /// The same CA signing with `backend` instead (the key is loaded into that library again).
+    ///
+    /// # Errors
+    /// [`CaError::BackendRejected`] when the library refuses the key, [`CaError::KeyMismatch`]
+    /// when it derives a different public key from it than the certificate's.
+    pub fn with_backend(self, backend: SigningBackend) -> Result<Self, CaError> {
+        #[cfg(feature = "aws-lc")]
+        {
+            let spki_der = self
+                .key
+                .public_spki_der()
+                .map_err(CaError::UnsupportedKey)?;
+            let spki = SubjectPublicKeyInfoOwned::from_der(&spki_der)
+                .map_err(|e| CaError::UnsupportedKey(format!("the key's own public key: {e}")))?;
+            self.with_backend_checked(backend, spki.subject_public_key.raw_bytes())
+        }
+        #[cfg(not(feature = "aws-lc"))]
+        {
+            match backend {
+                SigningBackend::RustCrypto => Ok(self),
+            }
+        }
+    }
+
+    /// [`Self::with_backend`], checking the backend's public key against `subject_public_key`.
+    #[cfg(feature = "aws-lc")]
+    fn with_backend_checked(
+        mut self,
+        backend: SigningBackend,
+        subject_public_key: &[u8],
+    ) -> Result<Self, CaError> {
+        self.aws_lc = match backend {
+            SigningBackend::RustCrypto => None,
+            SigningBackend::AwsLc => {
+                let pkcs8 = self
+                    .key
+                    .to_pkcs8_der()
+                    .map_err(|reason| CaError::BackendRejected {
+                        backend,
+                        reason: format!("encoding the key as PKCS #8: {reason}"),
+                    })?;
+                Some(AwsLcKey::from_pkcs8(
+                    self.key.key_type(),
+                    pkcs8.as_bytes(),
+                    subject_public_key,
+                )?)
+            }
+        };
+        Ok(self)
+    }
+
+    /// The library that signs this CA's certificates.
+    pub fn backend(&self) -> SigningBackend {
+        #[cfg(feature = "aws-lc")]
+        if self.aws_lc.is_some() {
+            return SigningBackend::AwsLc;
+        }
+        SigningBackend::RustCrypto
+    }
+
+    /// The signatureAlgorithm of everything this CA signs.
+    pub(crate) fn algorithm(&self) -> AlgorithmIdentifierOwned {
+        self.key.algorithm()
+    }
+
+    /// Signs `tbs` (hashing it first) with the CA's backend.
+    pub(crate) fn sign(&self, tbs: &[u8]) -> Result<Vec<u8>, IssueError> {
+        #[cfg(feature = "aws-lc")]
+        if let Some(key) = &self.aws_lc {
+            return key.sign(tbs);
+        }
+        self.key.sign(tbs)
     }
 
     /// Generates a self-signed CA (for tests, benchmarks and demos; production CAs come from

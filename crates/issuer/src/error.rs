@@ -46,6 +46,15 @@ pub enum CaError {
     /// The certificate's key usage forbids signing certificates.
     #[error("the CA certificate's key usage lacks keyCertSign")]
     NoCertSign,
+    /// The signing library refused the key (see
+    /// [`CertificateAuthority::with_backend`](crate::CertificateAuthority::with_backend)).
+    #[error("the {backend} signing backend rejects the CA key: {reason}")]
+    BackendRejected {
+        /// The backend.
+        backend: crate::SigningBackend,
+        /// Its reason.
+        reason: String,
+    },
     /// Key generation or encoding failed (self-signed CA generation only).
     #[error("generating a CA: {0}")]
     Generate(String),

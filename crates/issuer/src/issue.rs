@@ -311,7 +311,7 @@ pub fn issue(
         *last = 1;
     }
     let serial = SerialNumber::new(&serial_bytes).map_err(build_err)?;
-    let algorithm = ca.key.algorithm();
+    let algorithm = ca.algorithm();
     let tbs = Tbs {
         serial: &serial,
         algorithm: &algorithm,
@@ -323,7 +323,7 @@ pub fn issue(
         extensions: &extensions,
     }
     .to_der()?;
-    let signature = ca.key.sign(&tbs)?;
+    let signature = ca.sign(&tbs)?;
     let der = encode::assemble(&tbs, &algorithm, &signature)?;
     let mut pem = encode::pem("CERTIFICATE", &der)?;
     if policy.append_chain {

@@ -568,3 +568,96 @@ fn certificate_not_after_reads_the_first_certificate() {
     );
     assert_eq!(gc::certificate_not_after(b"junk"), None);
 }
+
+#[test]
+fn a_ca_signs_with_the_default_backend_until_told_otherwise() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<CertificateAuthority>();
+    #[cfg(feature = "aws-lc")]
+    assert_eq!(SigningBackend::DEFAULT, SigningBackend::AwsLc);
+    #[cfg(not(feature = "aws-lc"))]
+    assert_eq!(SigningBackend::DEFAULT, SigningBackend::RustCrypto);
+    assert_eq!(SigningBackend::default(), SigningBackend::DEFAULT);
+    let (ca, _) = ca(KeyType::P256);
+    assert_eq!(ca.backend(), SigningBackend::DEFAULT);
+    let ca = ca.with_backend(SigningBackend::RustCrypto).unwrap();
+    assert_eq!(ca.backend(), SigningBackend::RustCrypto);
+    assert!(format!("{ca:?}").contains("RustCrypto"), "{ca:?}");
+    for backend in SigningBackend::ALL {
+        let ca = ca_with(KeyType::Ed25519, *backend);
+        assert_eq!(ca.0.backend(), *backend);
+    }
+}
+
+fn ca_with(kt: KeyType, backend: SigningBackend) -> (CertificateAuthority, GeneratedCa) {
+    let (ca, generated) = ca(kt);
+    (ca.with_backend(backend).unwrap(), generated)
+}
+
+#[cfg(feature = "aws-lc")]
+#[test]
+fn both_backends_sign_the_same_tbs_and_both_signatures_verify() {
+    for kt in [
+        KeyType::P256,
+        KeyType::P384,
+        KeyType::Ed25519,
+        KeyType::Rsa(2048),
+    ] {
+        let (_, generated) = ca(kt);
+        let load = |backend| {
+            CertificateAuthority::from_pem(
+                generated.cert_pem.as_bytes(),
+                generated.key_pem.as_bytes(),
+            )
+            .unwrap()
+            .with_backend(backend)
+            .unwrap()
+        };
+        let rust_crypto = load(SigningBackend::RustCrypto);
+        let aws_lc = load(SigningBackend::AwsLc);
+        assert_eq!(aws_lc.backend(), SigningBackend::AwsLc);
+        let key = CsrSigningKey::generate_p256().unwrap();
+        let request = CsrBuilder::kubelet_serving("node-1")
+            .dns_name("node-1.example")
+            .ip_address("10.0.0.7".parse().unwrap())
+            .build(&key)
+            .unwrap();
+        let csr = nodeauth_csr::parse(request.as_bytes()).unwrap();
+        let issue_with = |ca: &CertificateAuthority| {
+            let issued = issue(
+                ca,
+                &csr,
+                &[Usage::DigitalSignature, Usage::ServerAuth],
+                Some(86400),
+                &IssuePolicy::default(),
+                ts(NOW),
+                &mut Fixed(0x5a),
+            )
+            .unwrap();
+            Certificate::from_der(&issued.der).unwrap()
+        };
+        let a = issue_with(&rust_crypto);
+        let b = issue_with(&aws_lc);
+        assert_eq!(
+            a.tbs_certificate().to_der().unwrap(),
+            b.tbs_certificate().to_der().unwrap(),
+            "{kt}"
+        );
+        assert_eq!(a.signature_algorithm(), b.signature_algorithm(), "{kt}");
+        verify(&generated.cert_pem, &a);
+        verify(&generated.cert_pem, &b);
+        match kt {
+            // Deterministic signatures: the whole certificate is the same.
+            KeyType::Ed25519 | KeyType::Rsa(_) => {
+                assert_eq!(a.to_der().unwrap(), b.to_der().unwrap(), "{kt}")
+            }
+            // RustCrypto's ECDSA is deterministic (RFC 6979), AWS-LC's randomized: a second
+            // RustCrypto signature repeats the first, aws-lc-rs's differs (so it did sign).
+            _ => {
+                assert_eq!(a, issue_with(&rust_crypto), "{kt}");
+                assert_ne!(a.signature(), b.signature(), "{kt}");
+                assert_ne!(b.signature(), issue_with(&aws_lc).signature(), "{kt}");
+            }
+        }
+    }
+}

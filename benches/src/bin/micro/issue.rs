@@ -9,7 +9,9 @@
 
 use anyhow::{Result, anyhow};
 use nodeauth_csr::Csr;
-use nodeauth_issuer::{CertificateAuthority, IssuePolicy, OsRandomSerials, parse_usages};
+use nodeauth_issuer::{
+    CertificateAuthority, IssuePolicy, OsRandomSerials, SigningBackend, parse_usages,
+};
 
 /// Issues one certificate for the CSR; the returned bytes are the certificate's DER.
 pub type Issue = Box<dyn FnMut(&Csr) -> Result<Vec<u8>>>;
@@ -24,7 +26,10 @@ pub fn issuer(ca_cert_pem: &str, ca_key_pem: &str) -> Option<Result<Issue>> {
 }
 
 fn build(ca_cert_pem: &str, ca_key_pem: &str) -> Result<Issue> {
-    let ca = CertificateAuthority::from_pem(ca_cert_pem.as_bytes(), ca_key_pem.as_bytes())?;
+    // The unlabelled rows are RustCrypto's, even when the `aws-lc` feature (which makes
+    // aws-lc-rs nodeauth-issuer's default) is on for the `[aws-lc-rs]` rows.
+    let ca = CertificateAuthority::from_pem(ca_cert_pem.as_bytes(), ca_key_pem.as_bytes())?
+        .with_backend(SigningBackend::RustCrypto)?;
     let usages = parse_usages(&["digital signature", "client auth"])?;
     let policy = IssuePolicy::default();
     Ok(Box::new(move |csr| {

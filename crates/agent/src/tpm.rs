@@ -1,0 +1,595 @@
+//! TPM 2.0 attestation of a request (feature `tpm`; links libtss2 through `nodeauth-tpm`'s
+//! `esapi` agent).
+//!
+//! For every request, [`TpmAttestation`]:
+//!
+//! 1. connects to the TPM (`tcti`, e.g. `device:/dev/tpmrm0` or
+//!    `swtpm:host=127.0.0.1,port=2321`);
+//! 2. reads the EK certificate from NV and opens the persisted EK (RSA-2048, else ECC P-384),
+//!    and creates an ECC P-256 attestation key (AK) under it;
+//! 3. POSTs the EK and AK to the approver's attestation endpoint
+//!    ([`CHALLENGE_PATH`]) and gets a credential challenge;
+//! 4. answers it with TPM2_ActivateCredential ([`ACTIVATE_PATH`]) and gets a single-use ticket;
+//! 5. builds the CSR with TPM2_Certify of the CSR key (which must be P-256) by the AK, bound to
+//!    the ticket.
+//!
+//! The exchange is plain HTTP/1.1 (one request per connection): it needs no confidentiality
+//! (see [`nodeauth_tpm::endpoint`]) — the credential blob opens only in the TPM holding the EK,
+//! the proof is single-use and the ticket is worthless without the AK. HTTPS is not supported
+//! yet; an `https://` endpoint is refused rather than silently downgraded.
+//!
+//! Every error names its step ([`TpmError`]).
+
+use std::io::{Read as _, Write as _};
+use std::net::{TcpStream, ToSocketAddrs as _};
+use std::time::Duration;
+
+use nodeauth_attest::{AttestError, attested_csr};
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_tpm::agent::{AgentError as TssError, AkKind, Ek, EkKind, TpmAgent};
+use nodeauth_tpm::endpoint::{
+    ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
+    ChallengeResponse, ErrorResponse,
+};
+use nodeauth_tpm::provider::{CsrKeyEvidence, PROVIDER, TpmAttestor};
+
+use crate::attestation::{BoxFuture, RequestAttestation};
+use crate::csr::PrepareError;
+
+/// The TCTI used when none is configured: the kernel's TPM resource manager.
+pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
+
+/// Largest answer read from the endpoint.
+const MAX_ANSWER: u64 = 1 << 20;
+
+/// Which call to the attestation endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Sending the EK and AK, asking for a credential challenge.
+    Challenge,
+    /// Sending the activation proof, asking for the ticket.
+    Activate,
+}
+
+impl core::fmt::Display for Step {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Step::Challenge => "requesting a credential challenge",
+            Step::Activate => "answering the credential challenge",
+        })
+    }
+}
+
+/// Why a request could not be TPM-attested. Each variant names the step.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TpmError {
+    /// The attestation endpoint URL is unusable.
+    #[error("attestation endpoint {url:?}: {reason}")]
+    BadEndpoint {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// TPM2_Certify of the CSR key needs a P-256 key.
+    #[error("the CSR key must be ECDSA P-256 for TPM2_Certify")]
+    KeyNotP256,
+    /// The TPM could not be opened.
+    #[error("connecting to the TPM ({tcti}): {source}")]
+    Connect {
+        /// The TCTI.
+        tcti: String,
+        /// The TSS error.
+        #[source]
+        source: TssError,
+    },
+    /// No usable endorsement key.
+    #[error("reading the EK certificate and opening the persisted EK: {0}")]
+    Ek(String),
+    /// The attestation key could not be created.
+    #[error("creating the attestation key: {0}")]
+    CreateAk(#[source] TssError),
+    /// The endpoint could not be reached or the connection failed.
+    #[error("{step} at {url}: {source}")]
+    Http {
+        /// The call.
+        step: Step,
+        /// The URL.
+        url: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The endpoint refused the call.
+    #[error("{step}: {url} refused with HTTP {status}, code {code:?}: {message}")]
+    Refused {
+        /// The call.
+        step: Step,
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The endpoint's error code (e.g. `tpm.rejected`), empty if it sent none.
+        code: String,
+        /// The endpoint's message.
+        message: String,
+    },
+    /// The endpoint's answer could not be read.
+    #[error("{step}: unreadable answer from {url}: {reason}")]
+    BadAnswer {
+        /// The call.
+        step: Step,
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// TPM2_ActivateCredential failed (the challenge is not for this TPM's EK and AK).
+    #[error("activating the credential in the TPM: {0}")]
+    Activate(#[source] TssError),
+    /// Certifying the CSR key or building the CSR failed.
+    #[error("certifying the CSR key: {0}")]
+    Attest(#[source] AttestError),
+    /// The blocking TPM task did not finish.
+    #[error("the TPM task stopped: {0}")]
+    Task(String),
+}
+
+/// Where the approver's attestation endpoint is: `http://HOST[:PORT][/PREFIX]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    host: String,
+    port: u16,
+    prefix: String,
+}
+
+impl Endpoint {
+    /// Parses `http://HOST[:PORT][/PREFIX]` (IPv6 hosts in brackets). `https://` is refused:
+    /// not supported yet.
+    ///
+    /// # Errors
+    /// [`TpmError::BadEndpoint`].
+    pub fn parse(url: &str) -> Result<Self, TpmError> {
+        let bad = |reason: &str| TpmError::BadEndpoint {
+            url: url.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if url.starts_with("https://") {
+            return Err(bad(
+                "https is not supported yet; use http:// (the exchange needs no \
+                 confidentiality, see the agent's TPM documentation)",
+            ));
+        }
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| bad("must start with http://"))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .ok_or_else(|| bad("unterminated [IPv6] host"))?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or_else(|| bad("junk after ]"))?),
+            };
+            (host, port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let port = match port {
+            None => 80,
+            Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
+        };
+        if prefix.contains(['?', '#']) {
+            return Err(bad("no query or fragment allowed"));
+        }
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+            prefix: prefix.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The full URL of `path` on this endpoint.
+    pub fn url(&self, path: &str) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("http://{host}:{}{}{path}", self.port, self.prefix)
+    }
+
+    fn host_header(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+/// TPM attestation for the agent's requests ([`RequestAttestation`] for provider `tpm`).
+#[derive(Debug, Clone)]
+pub struct TpmAttestation {
+    tcti: String,
+    endpoint: Endpoint,
+    provider_id: String,
+    timeout: Duration,
+}
+
+impl TpmAttestation {
+    /// Attests with the TPM at `tcti` through `endpoint`, reporting `provider_id` (the
+    /// ProviderID put in the CSR). Network calls time out after 30 s by default.
+    pub fn new(
+        tcti: impl Into<String>,
+        endpoint: Endpoint,
+        provider_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            tcti: tcti.into(),
+            endpoint,
+            provider_id: provider_id.into(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Replaces the connect/read/write timeout of each endpoint call.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The whole exchange, blocking (TPM calls and HTTP): returns the attested PEM of
+    /// `builder`'s CSR signed by `key`. [`RequestAttestation::attested_pem`] runs this on
+    /// tokio's blocking pool.
+    ///
+    /// # Errors
+    /// A [`TpmError`] naming the step.
+    pub fn attest_blocking(
+        &self,
+        builder: CsrBuilder,
+        key: &CsrSigningKey,
+        node_name: &str,
+    ) -> Result<String, TpmError> {
+        let secret = match key {
+            CsrSigningKey::P256(signing) => p256::SecretKey::from(signing.as_nonzero_scalar()),
+            _ => return Err(TpmError::KeyNotP256),
+        };
+        let mut agent = TpmAgent::connect(&self.tcti).map_err(|source| TpmError::Connect {
+            tcti: self.tcti.clone(),
+            source,
+        })?;
+        let (ek, ek_cert) = open_ek(&mut agent)?;
+        let ak = agent
+            .create_ak(&ek, AkKind::EccP256)
+            .map_err(TpmError::CreateAk)?;
+        let request = agent.activation_request(node_name, &ek, ek_cert, &ak);
+        let body = to_json(&ChallengeRequest::from(&request));
+        let answer = self.post(Step::Challenge, CHALLENGE_PATH, &body)?;
+        let challenge = serde_json::from_str::<ChallengeResponse>(&answer)
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.to_challenge().map_err(|e| e.to_string()))
+            .map_err(|reason| self.bad_answer(Step::Challenge, CHALLENGE_PATH, reason))?;
+        let proof = agent
+            .activate_credential(&ek, &ak, &challenge)
+            .map_err(TpmError::Activate)?;
+        let body = to_json(&ActivateRequest::new(&challenge.id, &proof));
+        let answer = self.post(Step::Activate, ACTIVATE_PATH, &body)?;
+        let ticket = serde_json::from_str::<ActivateResponse>(&answer)
+            .map_err(|e| e.to_string())
+            .and_then(|a| a.ticket_bytes().map_err(|e| e.to_string()))
+            .map_err(|reason| self.bad_answer(Step::Activate, ACTIVATE_PATH, reason))?;
+        let attestor = TpmAttestor::new(
+            &mut agent,
+            &ak,
+            self.provider_id.clone(),
+            CsrKeyEvidence::Certify(secret),
+        );
+        attested_csr(builder, key, node_name, &attestor, Some(&ticket), None)
+            .map_err(TpmError::Attest)
+    }
+
+    fn bad_answer(&self, step: Step, path: &str, reason: String) -> TpmError {
+        TpmError::BadAnswer {
+            step,
+            url: self.endpoint.url(path),
+            reason,
+        }
+    }
+
+    /// POSTs `body` to `path`; the body of a 200 answer, or the endpoint's refusal.
+    fn post(&self, step: Step, path: &str, body: &str) -> Result<String, TpmError> {
+        let url = self.endpoint.url(path);
+        let io = |source| TpmError::Http {
+            step,
+            url: url.clone(),
+            source,
+        };
+        let addrs = (self.endpoint.host.as_str(), self.endpoint.port)
+            .to_socket_addrs()
+            .map_err(io)?;
+        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
+        let mut stream = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, self.timeout) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let mut stream = stream.ok_or_else(|| io(last))?;
+        stream
+            .set_read_timeout(Some(self.timeout))
+            .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
+            .map_err(io)?;
+        let request = format!(
+            "POST {}{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            self.endpoint.prefix,
+            self.endpoint.host_header(),
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).map_err(io)?;
+        let mut raw = Vec::new();
+        stream.take(MAX_ANSWER).read_to_end(&mut raw).map_err(io)?;
+        let (status, text) = parse_response(&raw).map_err(|reason| TpmError::BadAnswer {
+            step,
+            url: url.clone(),
+            reason,
+        })?;
+        if status == 200 {
+            return Ok(text);
+        }
+        let (code, message) = match serde_json::from_str::<ErrorResponse>(&text) {
+            Ok(e) => (e.code, e.message),
+            Err(_) => (String::new(), text.chars().take(200).collect()),
+        };
+        Err(TpmError::Refused {
+            step,
+            url,
+            status,
+            code,
+            message,
+        })
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    // These message types serialize only strings and numbers: this cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The EK with a certificate (RSA-2048 first, then ECC P-384); else the first persisted EK,
+/// without a certificate (an approver pinning EKs may still accept it).
+fn open_ek(agent: &mut TpmAgent) -> Result<(Ek, Option<Vec<u8>>), TpmError> {
+    let kinds = [EkKind::Rsa2048, EkKind::EccP384];
+    let mut failures = Vec::new();
+    for kind in kinds {
+        match agent.ek_certificate(kind) {
+            Ok(cert) => match agent.persisted_ek(kind) {
+                Ok(ek) => return Ok((ek, Some(cert))),
+                Err(e) => failures.push(format!("{kind:?} EK: {e}")),
+            },
+            Err(e) => failures.push(format!("{kind:?} EK certificate: {e}")),
+        }
+    }
+    for kind in kinds {
+        if let Ok(ek) = agent.persisted_ek(kind) {
+            return Ok((ek, None));
+        }
+    }
+    Err(TpmError::Ek(failures.join("; ")))
+}
+
+/// Status and body of an HTTP/1.x response read to the end (identity or chunked body).
+fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or("no end of headers")?;
+    let (head, body) = raw.split_at(split);
+    let body = body.get(4..).unwrap_or_default();
+    let head = std::str::from_utf8(head).map_err(|_| "headers are not text")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !version.starts_with("HTTP/1.") {
+        return Err(format!("not an HTTP/1 response: {status_line:?}"));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status code in {status_line:?}"))?;
+    let chunked = lines.any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding")
+                && v.to_ascii_lowercase().contains("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    let text = String::from_utf8(body).map_err(|_| "the body is not UTF-8")?;
+    Ok((status, text))
+}
+
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("truncated chunk size")?;
+        let (line, rest) = body.split_at(eol);
+        let line = std::str::from_utf8(line).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(line.split(';').next().unwrap_or_default().trim(), 16)
+            .map_err(|_| format!("bad chunk size {line:?}"))?;
+        let rest = rest.get(2..).ok_or("truncated chunk")?;
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = rest.get(..size).ok_or("truncated chunk")?;
+        out.extend_from_slice(chunk);
+        body = rest.get(size + 2..).ok_or("truncated chunk")?;
+    }
+}
+
+impl RequestAttestation for TpmAttestation {
+    fn provider(&self) -> &str {
+        PROVIDER
+    }
+
+    fn attested_pem<'a>(
+        &'a self,
+        builder: CsrBuilder,
+        key: &'a CsrSigningKey,
+        node_name: &'a str,
+    ) -> BoxFuture<'a, Result<String, PrepareError>> {
+        Box::pin(async move {
+            let CsrSigningKey::P256(signing) = key else {
+                return Err(TpmError::KeyNotP256.into());
+            };
+            let (this, signing, node) = (self.clone(), signing.clone(), node_name.to_owned());
+            // TPM calls and the HTTP exchange block; the TSS context never leaves this thread.
+            let pem = tokio::task::spawn_blocking(move || {
+                this.attest_blocking(builder, &CsrSigningKey::P256(signing), &node)
+            })
+            .await
+            .map_err(|e| TpmError::Task(e.to_string()))??;
+            Ok(pem)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_and_https_is_refused() {
+        let e = Endpoint::parse("http://10.0.0.1:8443").unwrap();
+        assert_eq!(
+            e.url(CHALLENGE_PATH),
+            "http://10.0.0.1:8443/attestation/v1/tpm/challenge"
+        );
+        let e = Endpoint::parse("http://approver.example/base/").unwrap();
+        assert_eq!(e.url("/x"), "http://approver.example:80/base/x");
+        let e = Endpoint::parse("http://[::1]:9").unwrap();
+        assert_eq!(e.host_header(), "[::1]:9");
+        assert_eq!(e.url("/x"), "http://[::1]:9/x");
+        for bad in [
+            "https://a:1",
+            "a:1",
+            "http://:1",
+            "http://a:x",
+            "http://[::1",
+            "http://a/?q",
+        ] {
+            assert!(
+                matches!(Endpoint::parse(bad), Err(TpmError::BadEndpoint { .. })),
+                "{bad}"
+            );
+        }
+        let https = Endpoint::parse("https://a:1").unwrap_err().to_string();
+        assert!(https.contains("https is not supported"), "{https}");
+    }
+
+    #[test]
+    fn responses_parse_with_length_or_chunks() {
+        let (s, b) = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
+        assert_eq!((s, b.as_str()), (200, "{}"));
+        let (s, b) = parse_response(
+            b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!((s, b.as_str()), (403, "abcde"));
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
+        assert!(parse_response(b"SSH-2.0\r\n\r\n").is_err());
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn refusals_name_the_step_code_and_message() {
+        // A one-shot server answering like the approver's endpoint does on a rejection.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap();
+            let body =
+                r#"{"code":"tpm.ek_not_trusted","message":"EK certificate chain: unknown issuer"}"#;
+            write!(
+                s,
+                "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        let a = TpmAttestation::new(
+            "unused",
+            Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            "tpm://n",
+        );
+        let e = a.post(Step::Challenge, CHALLENGE_PATH, "{}").unwrap_err();
+        let request = server.join().unwrap();
+        assert!(
+            request.starts_with("POST /attestation/v1/tpm/challenge HTTP/1.1\r\n"),
+            "{request}"
+        );
+        match &e {
+            TpmError::Refused {
+                step,
+                status,
+                code,
+                message,
+                ..
+            } => {
+                assert_eq!(*step, Step::Challenge);
+                assert_eq!(*status, 403);
+                assert_eq!(code, "tpm.ek_not_trusted");
+                assert_eq!(message, "EK certificate chain: unknown issuer");
+            }
+            other => panic!("{other:?}"),
+        }
+        let text = e.to_string();
+        assert!(text.contains("requesting a credential challenge"), "{text}");
+        assert!(text.contains("tpm.ek_not_trusted"), "{text}");
+    }
+
+    #[test]
+    fn an_unreachable_tpm_is_named() {
+        let a = TpmAttestation::new(
+            "swtpm:host=127.0.0.1,port=1",
+            Endpoint::parse("http://127.0.0.1:1").unwrap(),
+            "tpm://n",
+        );
+        let key = CsrSigningKey::generate_p256().unwrap();
+        let e = a
+            .attest_blocking(CsrBuilder::kubelet_client("n"), &key, "n")
+            .unwrap_err();
+        assert!(matches!(e, TpmError::Connect { .. }), "{e:?}");
+        assert!(e.to_string().contains("connecting to the TPM"), "{e}");
+    }
+}
