@@ -41,22 +41,7 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
         .await
         .expect("nodeauth");
     let admin = cp().admin_client().await.unwrap();
-    let group = "system:bootstrappers:nodeauth-kubelets";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    // Kubelets renew and ask for serving certificates as themselves.
-    nodeauth_testenv::bind_cluster_role_to_group(
-        &admin,
-        "nodeauth-test-nodes-create-csrs",
-        "system:node-bootstrapper",
-        "system:nodes",
-    )
-    .await
-    .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
+    let token = bootstrap_token().await;
     let bootstrap = cp().kubeconfig("kubelet-bootstrap", &Credential::Token(token.clone()));
 
     let name = unique_name("kubelet");

@@ -37,21 +37,7 @@ async fn client_and_serving_certificates_rotate_twice_and_the_node_stays_ready()
         .await
         .expect("nodeauth");
     let admin = cp().admin_client().await.unwrap();
-    let group = "system:bootstrappers:nodeauth-rotation";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    nodeauth_testenv::bind_cluster_role_to_group(
-        &admin,
-        "nodeauth-test-nodes-create-csrs",
-        "system:node-bootstrapper",
-        "system:nodes",
-    )
-    .await
-    .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
+    let token = bootstrap_token().await;
     let name = unique_name("rotating");
     let mut kubelet = cp()
         .start_kubelet(&KubeletOptions::bootstrap(

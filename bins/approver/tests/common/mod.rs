@@ -106,18 +106,33 @@ pub async fn start_approver_with(extra: &[String], wait_ready: bool) -> Approver
     approver
 }
 
-/// A client authenticated with a fresh bootstrap token (group system:bootstrappers) that may
-/// create CSRs, as kubeadm sets up.
-pub async fn bootstrap_client() -> kube::Client {
+/// A fresh bootstrap token (group system:bootstrappers) that may create CSRs, as kubeadm sets
+/// up — without kubeadm's auto-approve bindings. Nodes (system:nodes) may create their renewal
+/// and serving CSRs, as kubelets do.
+pub async fn bootstrap_token() -> String {
     let admin = cp().admin_client().await.unwrap();
     let group = "system:bootstrappers:nodeauth-test";
     nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
         .await
         .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+    nodeauth_testenv::bind_cluster_role_to_group(
+        &admin,
+        "nodeauth-test-nodes-create-csrs",
+        "system:node-bootstrapper",
+        "system:nodes",
+    )
+    .await
+    .unwrap();
+    nodeauth_testenv::create_bootstrap_token(&admin, &[group])
         .await
-        .unwrap();
-    cp().client(&Credential::Token(token)).await.unwrap()
+        .unwrap()
+}
+
+/// A client authenticated with a fresh [`bootstrap_token`].
+pub async fn bootstrap_client() -> kube::Client {
+    cp().client(&Credential::Token(bootstrap_token().await))
+        .await
+        .unwrap()
 }
 
 /// A client for `system:node:<name>` that may create CSRs (kubelets may: kubeadm binds them).
