@@ -313,37 +313,45 @@ impl DnsPattern {
     }
 }
 
-impl From<String> for DnsPattern {
-    fn from(source: String) -> Self {
-        DnsPattern::new(source)
-    }
+/// What the rule values that keep their source text share: built from text and written back as
+/// it, equal and shown by that text (the compiled form is derived from it).
+macro_rules! source_text_value {
+    ($ty:ident) => {
+        impl From<String> for $ty {
+            fn from(source: String) -> Self {
+                $ty::new(source)
+            }
+        }
+
+        impl From<&str> for $ty {
+            fn from(source: &str) -> Self {
+                $ty::new(source)
+            }
+        }
+
+        impl From<$ty> for String {
+            fn from(value: $ty) -> Self {
+                value.source
+            }
+        }
+
+        impl PartialEq for $ty {
+            fn eq(&self, other: &Self) -> bool {
+                self.source == other.source
+            }
+        }
+
+        impl Eq for $ty {}
+
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, concat!(stringify!($ty), "({:?})"), self.source)
+            }
+        }
+    };
 }
 
-impl From<&str> for DnsPattern {
-    fn from(source: &str) -> Self {
-        DnsPattern::new(source)
-    }
-}
-
-impl From<DnsPattern> for String {
-    fn from(pattern: DnsPattern) -> Self {
-        pattern.source
-    }
-}
-
-impl PartialEq for DnsPattern {
-    fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
-    }
-}
-
-impl Eq for DnsPattern {}
-
-impl std::fmt::Debug for DnsPattern {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DnsPattern({:?})", self.source)
-    }
-}
+source_text_value!(DnsPattern);
 
 /// An IP network for [`Rule::SansIpInCidrs`], e.g. `10.0.0.0/8`: the source text and, parsed
 /// when it is created or deserialized, the network. Like [`DnsPattern`], an invalid one is
@@ -426,37 +434,7 @@ fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
     Ok((address, prefix))
 }
 
-impl From<String> for Cidr {
-    fn from(source: String) -> Self {
-        Cidr::new(source)
-    }
-}
-
-impl From<&str> for Cidr {
-    fn from(source: &str) -> Self {
-        Cidr::new(source)
-    }
-}
-
-impl From<Cidr> for String {
-    fn from(cidr: Cidr) -> Self {
-        cidr.source
-    }
-}
-
-impl PartialEq for Cidr {
-    fn eq(&self, other: &Self) -> bool {
-        self.source == other.source
-    }
-}
-
-impl Eq for Cidr {}
-
-impl std::fmt::Debug for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cidr({:?})", self.source)
-    }
-}
+source_text_value!(Cidr);
 
 impl Rule {
     /// The rule's YAML name, e.g. `sansDnsMatch`.
