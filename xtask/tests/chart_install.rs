@@ -12,9 +12,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
@@ -29,27 +27,9 @@ const CLIENT_USAGES: [&str; 2] = ["digital signature", "client auth"];
 
 /// Creates a CSR with `client`; returns its name.
 async fn create_csr(client: &kube::Client, signer: &str, usages: &[&str], pem: String) -> String {
-    let name = unique_name("helm-csr");
-    Api::<CertificateSigningRequest>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &CertificateSigningRequest {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                spec: CertificateSigningRequestSpec {
-                    request: k8s_openapi::ByteString(pem.into_bytes()),
-                    signer_name: signer.into(),
-                    usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
-                    ..Default::default()
-                },
-                status: None,
-            },
-        )
+    nodeauth_testenv::create_csr(client, signer, usages, pem)
         .await
-        .unwrap_or_else(|e| panic!("creating a {signer} CSR: {e}"));
-    name
+        .unwrap_or_else(|e| panic!("creating a {signer} CSR: {e}"))
 }
 
 fn csr_pem(builder: CsrBuilder) -> String {

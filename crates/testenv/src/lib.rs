@@ -178,6 +178,40 @@ pub async fn whoami(client: &kube::Client) -> Result<UserInfo, Error> {
         .ok_or_else(|| Error::Other("SelfSubjectReview without status.userInfo".into()))
 }
 
+/// Creates a CertificateSigningRequest for `signer` with `usages` from the PEM request, as
+/// `client`'s identity (the API server fills in the requester); returns its generated name.
+pub async fn create_csr(
+    client: &kube::Client,
+    signer: &str,
+    usages: &[&str],
+    pem: String,
+) -> Result<String, Error> {
+    use k8s_openapi::api::certificates::v1::{
+        CertificateSigningRequest, CertificateSigningRequestSpec,
+    };
+    let name = unique_name("csr");
+    Api::<CertificateSigningRequest>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &CertificateSigningRequest {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    ..Default::default()
+                },
+                spec: CertificateSigningRequestSpec {
+                    request: k8s_openapi::ByteString(pem.into_bytes()),
+                    signer_name: signer.into(),
+                    usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
+                    ..Default::default()
+                },
+                status: None,
+            },
+        )
+        .await
+        .map_err(Error::kube("creating a CSR"))?;
+    Ok(name)
+}
+
 /// Creates a bootstrap token Secret (usages signing + authentication, no expiry) with these
 /// extra groups, and returns the token `<id>.<secret>`.
 ///

@@ -6,9 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
@@ -195,27 +193,9 @@ pub async fn create_csr(
     usages: &[&str],
     pem: String,
 ) -> String {
-    let name = unique_name("csr");
-    Api::<CertificateSigningRequest>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &CertificateSigningRequest {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                spec: CertificateSigningRequestSpec {
-                    request: k8s_openapi::ByteString(pem.into_bytes()),
-                    signer_name: signer.into(),
-                    usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
-                    ..Default::default()
-                },
-                status: None,
-            },
-        )
+    nodeauth_testenv::create_csr(client, signer, usages, pem)
         .await
-        .unwrap();
-    name
+        .unwrap()
 }
 
 pub const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
