@@ -1,13 +1,12 @@
 //! `cargo xtask demo`: the README's main command.
 //!
 //! A local control plane with NO kube-controller-manager: nodeauth alone — bootstrap-signer,
-//! token-cleaner, approver (the documented policy) and signer, each under the RBAC it ships
-//! with — joins a node with the agent from nothing but a token and a CA pin, denies an impostor
-//! using the same token for the existing node's name (the reason shown), issues a serving
-//! certificate within the Node's addresses, rotates the client certificate, and expires the
-//! token. It prints a timeline and leaves the cluster running.
-//!
-//! Not shown yet: a TPM-attested join (tested in bins/approver/tests/tpm.rs).
+//! token-cleaner, approver and signer, each under the RBAC it ships with — joins a node with
+//! the agent from a token, a CA pin and a software TPM (swtpm: the approver's policy requires
+//! TPM attestation for a bootstrap), denies an impostor using the same token for the existing
+//! node's name (the reason shown), issues a serving certificate within the Node's addresses,
+//! rotates the client certificate, and expires the token. It prints a timeline and leaves the
+//! cluster running.
 
 use std::future::Future;
 use std::io::{IsTerminal, Write};
@@ -22,13 +21,33 @@ use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use nodeauth_testenv::kubeconfig::{self, Credential};
 use nodeauth_testenv::process::{Lifetime, Process};
-use nodeauth_testenv::{client_from_kubeconfig, cluster, manifests};
+use nodeauth_testenv::{Swtpm, client_from_kubeconfig, cluster, manifests};
 
 /// The group `kubectl nodeauth token create` puts tokens in.
 const GROUP: &str = "system:bootstrappers:nodeauth:default-node-token";
 const TOKEN_TTL_SECONDS: u64 = 30;
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
+
+/// Put before the documented policy (deploy/approver/policy.yaml): the first policy covering a
+/// request decides, so a bootstrap must carry TPM evidence; renewal and serving stay as
+/// documented (a node renews with the identity it proved).
+const TPM_BOOTSTRAP_POLICY: &str = "\
+# The demo's bootstrap policy: the documented one plus TPM attestation.
+name: tpm-bootstrap
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters:
+  groups: [system:bootstrappers]
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+- rule: supersededByNewer
+- rule: attestation
+  required: true
+  providers: [tpm]
+---
+";
 
 struct Timeline {
     started: Instant,
@@ -111,6 +130,9 @@ fn build_binaries() -> Result<PathBuf> {
             "signer",
             "-p",
             "agent",
+            // TPM attestation through tss-esapi (libtss2, installed by `cargo xtask setup`).
+            "--features",
+            "agent/tpm",
         ])
         .status()
         .context("running cargo build")?;
@@ -201,11 +223,41 @@ async fn demo(state: &Path) -> Result<()> {
     // The signer uses the cluster CA for both kubelet signers (as kubeadm configures
     // kube-controller-manager), so kube-apiserver already trusts its client certificates.
     let (ca_crt, ca_key) = (state.join("pki/ca.crt"), state.join("pki/ca.key"));
-    let policy = manifests::deploy_dir().join("approver/policy.yaml");
+    let s = t.step("manufacturing a software TPM (swtpm: EK + EK certificate from its local CA)");
+    let tpm = Swtpm::start()?;
+    let (ek_issuer, ek_root) = Swtpm::ek_ca_chain_pem()?;
+    let ek_ca = state.join("tpm-ek-ca.pem");
+    std::fs::write(&ek_ca, format!("{ek_issuer}{ek_root}"))?;
+    let ticket_key = state.join("tpm-ticket.key");
+    nodeauth_testenv::pki::write_private(&ticket_key, random_hex(32)?.as_bytes())?;
+    let attestation_port = manifests::free_port()?;
+    t.detail(format!(
+        "{} in {:.1?}; the approver trusts its EK CA ({})",
+        tpm.tcti(),
+        s.elapsed(),
+        ek_ca.display()
+    ));
+    let policy = state.join("policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{TPM_BOOTSTRAP_POLICY}{}",
+            std::fs::read_to_string(manifests::deploy_dir().join("approver/policy.yaml"))?
+        ),
+    )?;
     let controllers: [(&str, Vec<String>); 4] = [
         ("bootstrap-signer", vec![]),
         ("token-cleaner", vec![]),
-        ("approver", vec![format!("--policy={}", policy.display())]),
+        (
+            "approver",
+            vec![
+                format!("--policy={}", policy.display()),
+                "--attestation-provider=tpm".into(),
+                format!("--tpm-ek-ca={}", ek_ca.display()),
+                format!("--tpm-ticket-key-file={}", ticket_key.display()),
+                format!("--attestation-bind-address=127.0.0.1:{attestation_port}"),
+            ],
+        ),
         (
             "signer",
             [CLIENT_SIGNER, SERVING_SIGNER]
@@ -352,7 +404,7 @@ async fn demo(state: &Path) -> Result<()> {
     };
     let server = up.server.trim_start_matches("https://").to_string();
     t.step(&format!(
-        "{node} joins: agent join --server {server} --token {id}.<secret> --discovery-token-ca-cert-hash {pin}"
+        "{node} joins: agent join --server {server} --token {id}.<secret> --discovery-token-ca-cert-hash {pin} --attestation tpm"
     ));
     let started = Instant::now();
     let mut join = node_args(&node_dir, node);
@@ -364,6 +416,9 @@ async fn demo(state: &Path) -> Result<()> {
             "--kubelet-kubeconfig={}",
             node_dir.join("kubelet.conf").display()
         ),
+        "--attestation=tpm".into(),
+        format!("--attestation-endpoint=http://127.0.0.1:{attestation_port}"),
+        format!("--tpm-tcti={}", tpm.tcti()),
     ]);
     let out = agent(&bin, &join, &token)?;
     if !out.status.success() {
@@ -375,9 +430,12 @@ async fn demo(state: &Path) -> Result<()> {
     let current = node_dir.join("pki/kubelet-client-current.pem");
     let pair = nodeauth_certstore::Pair::parse(&std::fs::read(&current)?)?;
     t.detail(format!(
-        "discovered and verified the cluster, CSR approved and issued in {:.1?}",
+        "discovered and verified the cluster, proved its TPM (credential activation + TPM2_Certify of the CSR key), CSR approved and issued in {:.1?}",
         started.elapsed()
     ));
+    // The TPM was needed for the bootstrap only: renewals are authenticated by the identity it
+    // proved.
+    drop(tpm);
     t.detail(format!(
         "stored {} -> {}",
         current.display(),
@@ -426,7 +484,7 @@ async fn demo(state: &Path) -> Result<()> {
     ));
 
     t.step(&format!(
-        "an IMPOSTOR with the same token asks for {node}'s identity: agent join --node-name {node}"
+        "an IMPOSTOR with the same token (and no TPM) asks for {node}'s identity: agent join --node-name {node}"
     ));
     let impostor_dir = state.join("nodes").join("impostor");
     std::fs::create_dir_all(&impostor_dir)?;
@@ -590,6 +648,16 @@ async fn demo(state: &Path) -> Result<()> {
     println!("  logs: {}", state.join("logs").display());
     println!("Tear it down with: cargo xtask cluster down");
     Ok(())
+}
+
+/// `n` random bytes from the kernel, hex (the approver's ticket key).
+fn random_hex(n: usize) -> Result<String> {
+    use std::io::Read as _;
+    let mut bytes = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Runs the agent with the token in its environment (never in argv).
