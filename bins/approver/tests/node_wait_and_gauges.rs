@@ -111,7 +111,10 @@ async fn pending_gauges_count_undecided_csrs_per_signer() {
     let mut names = vec![];
     for _ in 0..3 {
         let key = CsrSigningKey::generate_p256().unwrap();
-        let pem = CsrBuilder::new().common_name("pending").build(&key).unwrap();
+        let pem = CsrBuilder::new()
+            .common_name("pending")
+            .build(&key)
+            .unwrap();
         names.push(create_csr(&client, &signer, CLIENT_USAGES, pem).await);
     }
     let gauge = |name: &str| approver.metric(name, &[&label]);
