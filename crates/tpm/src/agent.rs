@@ -116,7 +116,10 @@ pub struct Ak {
     pub private: Private,
 }
 
-/// A TPM session for the node agent.
+/// A TPM session for the node agent. Transient objects it loads (AKs) are flushed when it is
+/// dropped (tss-esapi's `Context` flushes the handles it created) — which matters on a TPM
+/// without a resource manager (`/dev/tpm0`, a bare swtpm): it keeps them after the process
+/// exits and has room for only a few. Tested in `tests/swtpm.rs`.
 #[derive(Debug)]
 pub struct TpmAgent {
     ctx: Context,
@@ -456,6 +459,33 @@ impl TpmAgent {
             bound_key_sha256: sha256(csr_spki_der.as_bytes()),
             certified_public: Some(public.as_bytes().to_vec()),
             pcrs: Vec::new(),
+        })
+    }
+
+    /// Unloads an AK now (dropping the agent does it too).
+    pub fn flush_ak(&mut self, ak: Ak) -> Result<(), AgentError> {
+        self.ctx
+            .flush_context(ObjectHandle::from(ak.handle))
+            .map_err(tss("flushing the AK"))
+    }
+
+    /// How many transient objects the TPM has loaded (TPM2_GetCapability of the transient
+    /// handle range): all of them, not only this agent's.
+    pub fn loaded_transient_objects(&mut self) -> Result<usize, AgentError> {
+        use tss_esapi::constants::CapabilityType;
+        use tss_esapi::structures::CapabilityData;
+        const TRANSIENT_FIRST: u32 = 0x8000_0000;
+        let (data, _) = self
+            .ctx
+            .get_capability(CapabilityType::Handles, TRANSIENT_FIRST, 64)
+            .map_err(tss("TPM2_GetCapability(handles)"))?;
+        Ok(match data {
+            CapabilityData::Handles(list) => list
+                .into_inner()
+                .iter()
+                .filter(|h| u32::from(**h) >> 24 == 0x80)
+                .count(),
+            _ => 0,
         })
     }
 

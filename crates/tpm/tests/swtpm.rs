@@ -554,3 +554,26 @@ mod attest_provider {
         assert_eq!(err.code(), "attestation.ticket.wrong_node");
     }
 }
+
+/// swtpm without a resource manager, like /dev/tpm0: transient objects outlive the process that
+/// loaded them unless flushed, and the TPM holds only a few. Agents that attest on every
+/// renewal connect many times; each must leave the TPM as it found it.
+#[test]
+fn agents_leave_no_transient_objects_behind() {
+    let tpm = Swtpm::start().expect("swtpm");
+    for round in 0..8 {
+        let mut agent = TpmAgent::connect(&tpm.tcti()).expect("connect");
+        let ek = agent.persisted_ek(EkKind::Rsa2048).expect("EK");
+        let ak = agent
+            .create_ak(&ek, AkKind::EccP256)
+            .unwrap_or_else(|e| panic!("AK in connection {round}: {e}"));
+        assert_eq!(agent.loaded_transient_objects().expect("GetCapability"), 1);
+        if round % 2 == 0 {
+            // Explicitly; odd rounds rely on dropping the agent.
+            agent.flush_ak(ak).expect("flush");
+        }
+    }
+    let mut agent = TpmAgent::connect(&tpm.tcti()).expect("connect");
+    let transient = agent.loaded_transient_objects().expect("GetCapability");
+    assert_eq!(transient, 0, "transient objects left loaded");
+}
