@@ -4,6 +4,9 @@
 //! - `token`: a bootstrap token (seed 003) — an existing one, or a new one created here.
 //! - `service-account`: a short-lived TokenRequest token for a node-bootstrapper ServiceAccount
 //!   (seed 000's worker path), bound to `system:node-bootstrapper`.
+//! - `client-cert`: a short-lived client certificate from a dedicated bootstrap CA that
+//!   kube-apiserver trusts for client authentication (`--client-ca-file`); revoked wholesale by
+//!   removing that CA from the bundle. Issued locally: nothing is created in the cluster.
 //!
 //! The cluster entry (server, CA) is taken from the admin kubeconfig's current context. The
 //! output holds a credential: it is written with mode 0600 (or to stdout with `-o -`).
@@ -29,6 +32,12 @@ pub enum BootstrapKubeconfigCommand {
     Token(TokenArgs),
     /// Authenticate with a TokenRequest token of a node-bootstrapper ServiceAccount.
     ServiceAccount(ServiceAccountArgs),
+    /// Authenticate with a short-lived client certificate from a bootstrap CA that
+    /// kube-apiserver trusts for client authentication (add it to --client-ca-file). The
+    /// identity is `system:bootstrap:<name>` in group `system:bootstrappers` (+ --groups): the
+    /// requester the documented approval policy's `bootstrap` section covers. Bind
+    /// `system:node-bootstrapper` to the group so it may create CSRs.
+    ClientCert(ClientCertArgs),
 }
 
 /// Options every kind takes.
@@ -96,12 +105,36 @@ pub struct ServiceAccountArgs {
     auto_approve: bool,
 }
 
+/// Arguments of `bootstrap-kubeconfig client-cert`.
+#[derive(Debug, clap::Args)]
+pub struct ClientCertArgs {
+    #[command(flatten)]
+    common: Common,
+    /// The bootstrap CA certificate (PEM; P-256, P-384, RSA or Ed25519 key).
+    #[arg(long, value_name = "FILE")]
+    ca_cert: PathBuf,
+    /// The bootstrap CA's private key (PEM, PKCS#8 or SEC1/PKCS#1).
+    #[arg(long, value_name = "FILE")]
+    ca_key: PathBuf,
+    /// The bootstrap identity's name: the certificate's CN is `system:bootstrap:<name>`.
+    /// Default: `cert-` and six random characters.
+    #[arg(long)]
+    name: Option<String>,
+    /// Groups besides `system:bootstrappers` (the certificate's O attributes).
+    #[arg(long, default_value = DEFAULT_GROUP)]
+    groups: Vec<String>,
+    /// Certificate lifetime (Go duration, at least 10m): how long the kubeconfig can bootstrap.
+    #[arg(long, default_value = "1h")]
+    ttl: String,
+}
+
 /// Runs a bootstrap-kubeconfig command.
 pub fn run(cmd: BootstrapKubeconfigCommand) -> ExitCode {
     let result = block_on(async move {
         match cmd {
             BootstrapKubeconfigCommand::Token(a) => token(a).await,
             BootstrapKubeconfigCommand::ServiceAccount(a) => service_account(a).await,
+            BootstrapKubeconfigCommand::ClientCert(a) => client_cert(a),
         }
     });
     match result {
@@ -255,5 +288,77 @@ async fn service_account(a: ServiceAccountArgs) -> anyhow::Result<ExitCode> {
     let user = format!("system:serviceaccount:{}:{}", a.namespace, a.name);
     let yaml = nodeauth_agent::kubeconfig::bearer_token_kubeconfig(&info, &user, &token);
     emit(&a.common.output, &yaml)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn client_cert(a: ClientCertArgs) -> anyhow::Result<ExitCode> {
+    use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+    use nodeauth_issuer::{CertificateAuthority, IssuePolicy, OsRandomSerials};
+
+    let info = cluster(&a.common)?;
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
+    let ca = CertificateAuthority::from_pem(&read(&a.ca_cert)?, &read(&a.ca_key)?).with_context(
+        || {
+            format!(
+                "--ca-cert {} / --ca-key {}",
+                a.ca_cert.display(),
+                a.ca_key.display()
+            )
+        },
+    )?;
+    let ttl = token_admin::parse_ttl(&a.ttl)
+        .context("--ttl")?
+        .context("--ttl: a bootstrap certificate must expire (0 is not allowed)")?;
+    let seconds = ttl.as_secs();
+    if seconds < 600 {
+        anyhow::bail!("--ttl {}: at least 10m", a.ttl);
+    }
+    let name = match &a.name {
+        Some(n) => n.clone(),
+        None => {
+            let token =
+                nodeauth_token::BootstrapToken::generate().context("generating a random name")?;
+            format!("cert-{}", token.id().as_str())
+        }
+    };
+    let user = format!("system:bootstrap:{name}");
+    let key = CsrSigningKey::generate_p256()?;
+    let mut builder = CsrBuilder::new()
+        .common_name(&user)
+        .organization("system:bootstrappers");
+    for g in a.groups.iter().filter(|g| *g != "system:bootstrappers") {
+        builder = builder.organization(g);
+    }
+    let csr = nodeauth_csr::parse(builder.build(&key)?.as_bytes())?;
+    let usages = nodeauth_issuer::parse_usages(&["digital signature", "client auth"])?;
+    let policy = IssuePolicy {
+        max_duration: std::time::Duration::from_secs(seconds.unsigned_abs()),
+        min_duration: std::time::Duration::from_secs(600),
+        ..IssuePolicy::default()
+    };
+    let issued = nodeauth_issuer::issue(
+        &ca,
+        &csr,
+        &usages,
+        Some(seconds),
+        &policy,
+        jiff::Timestamp::now(),
+        &mut OsRandomSerials,
+    )
+    .context("issuing the bootstrap certificate")?;
+    let key_pem = key.to_pkcs8_pem()?;
+    let yaml =
+        nodeauth_agent::kubeconfig::client_cert_kubeconfig(&info, &user, &issued.pem, &key_pem);
+    emit(&a.common.output, &yaml)?;
+    err(&format!(
+        "{user} (groups system:bootstrappers{}) until {}; kube-apiserver must trust {} for client certificates",
+        a.groups
+            .iter()
+            .filter(|g| *g != "system:bootstrappers")
+            .map(|g| format!(", {g}"))
+            .collect::<String>(),
+        issued.not_after,
+        a.ca_cert.display()
+    ));
     Ok(ExitCode::SUCCESS)
 }

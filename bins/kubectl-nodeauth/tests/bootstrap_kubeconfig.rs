@@ -103,3 +103,68 @@ fn token_kind_needs_a_token_or_create() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[tokio::test]
+async fn client_cert_kind_authenticates_with_a_certificate_from_the_bootstrap_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    // A dedicated bootstrap CA, trusted by kube-apiserver for client certificates.
+    let ca = nodeauth_testenv::pki::Ca::new(&unique_name("bootstrap-ca"))
+        .unwrap()
+        .pair()
+        .clone();
+    cp().trust_client_ca(&ca).await.unwrap();
+    let (ca_cert, ca_key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+    std::fs::write(&ca_cert, &ca.cert_pem).unwrap();
+    std::fs::write(&ca_key, &ca.key_pem).unwrap();
+    let out_path = dir.path().join("bootstrap.conf");
+    let group = format!("system:bootstrappers:{}", unique_name("bc"));
+    let name = unique_name("rack7");
+    let out = run(&[
+        "bootstrap-kubeconfig",
+        "client-cert",
+        &format!("--ca-cert={}", ca_cert.display()),
+        &format!("--ca-key={}", ca_key.display()),
+        &format!("--name={name}"),
+        &format!("--groups={group}"),
+        "--ttl=30m",
+        &format!("--kubeconfig={}", cp().admin_kubeconfig_path().display()),
+        &format!("-o={}", out_path.display()),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin_client = cp().admin_client().await.unwrap();
+    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin_client, &group)
+        .await
+        .unwrap();
+    let me = check_can_request_a_node_csr(&out_path).await;
+    assert_eq!(me, format!("system:bootstrap:{name}"));
+    let client =
+        nodeauth_testenv::client_from_kubeconfig(&std::fs::read_to_string(&out_path).unwrap())
+            .await
+            .unwrap();
+    let groups = whoami(&client).await.unwrap().groups.unwrap_or_default();
+    assert!(
+        groups.contains(&"system:bootstrappers".to_string()),
+        "{groups:?}"
+    );
+    assert!(groups.contains(&group), "{groups:?}");
+
+    // A certificate that must not expire is refused, naming the flag.
+    let out = run(&[
+        "bootstrap-kubeconfig",
+        "client-cert",
+        &format!("--ca-cert={}", ca_cert.display()),
+        &format!("--ca-key={}", ca_key.display()),
+        "--ttl=0",
+        &format!("--kubeconfig={}", cp().admin_kubeconfig_path().display()),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--ttl"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
