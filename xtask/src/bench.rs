@@ -28,6 +28,10 @@ pub enum BenchCmd {
     /// Micro-benchmarks against upstream's Go code (crypto/x509, k8s.io/cluster-bootstrap) on
     /// identical inputs: prints a ratio table and writes it to target/bench-report/micro.md.
     Micro(MicroArgs),
+    /// N real kubelets joining at once (TLS bootstrap, one token) through nodeauth and through
+    /// upstream kube-controller-manager on the same control plane: time to all Ready, per-node
+    /// p50/p99, serving certificates; writes target/bench-report/kubelets.md.
+    Kubelets(crate::kubelets::KubeletsArgs),
 }
 
 /// Options of `cargo xtask bench micro`.
@@ -62,6 +66,7 @@ struct Sample {
 pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
         BenchCmd::Micro(args) => micro(&args),
+        BenchCmd::Kubelets(args) => crate::kubelets::run(&args),
     }
 }
 
@@ -295,7 +300,8 @@ fn table(
     t
 }
 
-fn report(table: &str, args: &MicroArgs, rounds: u32) -> Result<String> {
+/// "AMD EPYC ... (2 cores)": the machine a report was measured on.
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {
@@ -306,6 +312,10 @@ fn report(table: &str, args: &MicroArgs, rounds: u32) -> Result<String> {
         })
         .unwrap_or_else(|| "unknown CPU".to_owned());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu} ({cores} cores)")
+}
+
+fn report(table: &str, args: &MicroArgs, rounds: u32) -> Result<String> {
     let version = |mut c: Command| {
         c.output()
             .ok()
@@ -324,8 +334,9 @@ fn report(table: &str, args: &MicroArgs, rounds: u32) -> Result<String> {
     writeln!(r)?;
     writeln!(
         r,
-        "Measured {} on {cpu} ({cores} cores); {}; {}. Command: `cargo xtask bench micro{}{}{}`.",
+        "Measured {} on {}; {}; {}. Command: `cargo xtask bench micro{}{}{}`.",
         jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
+        machine(),
         version(go),
         version(rustc),
         if args.quick { " --quick" } else { "" },

@@ -7,6 +7,7 @@
 //! - `test`: everything CI runs (the README's test command).
 //! - `demo`: the README's main command.
 //! - `bench micro [--quick]`: micro-benchmarks against upstream's Go code, as a ratio table.
+//! - `bench kubelets [--quick]`: real kubelets joining through nodeauth and through upstream KCM.
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
 
 #![forbid(unsafe_code)]
@@ -22,6 +23,7 @@ use nodeauth_testenv::{cluster, k8s};
 mod bench;
 mod chart;
 mod demo;
+mod kubelets;
 mod tools;
 
 /// nodeauth project automation.
@@ -44,7 +46,8 @@ enum Cmd {
     #[command(subcommand)]
     Cluster(ClusterCmd),
     /// Run every test (what CI runs): unit, property and integration tests against a real
-    /// control plane, then a short run of every fuzz target.
+    /// control plane, every benchmark command once (`--quick`), then a short run of every fuzz
+    /// target.
     Test {
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
@@ -355,8 +358,25 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
         t.args(["test", "-p", pkg, "--features", features]);
         run_step(&format!("cargo test -p {pkg} --features {features}"), t)?;
     }
+    bench_smoke()?;
     fuzz_smoke()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Every `cargo xtask bench` command once in its `--quick` mode (both sides build and run; no
+/// numbers are claimed), writing to target/bench-report/quick/ so a real report is not replaced.
+/// The criterion benchmarks ran once already, in test mode, with `cargo test --all-targets`.
+fn bench_smoke() -> Result<()> {
+    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    let quick = workspace_root().join("target/bench-report/quick");
+    for bench in ["micro", "kubelets"] {
+        let mut c = Command::new(&xtask);
+        c.current_dir(workspace_root())
+            .args(["bench", bench, "--quick", "--out"])
+            .arg(quick.join(format!("{bench}.md")));
+        run_step(&format!("cargo xtask bench {bench} --quick"), c)?;
+    }
+    Ok(())
 }
 
 /// Packages whose feature-gated tests `cargo xtask test` runs as well.

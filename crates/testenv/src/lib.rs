@@ -30,6 +30,7 @@
 
 pub mod cluster;
 mod control_plane;
+pub mod fleet;
 pub mod k8s;
 mod kcm;
 pub mod kubeconfig;

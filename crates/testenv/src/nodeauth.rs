@@ -45,6 +45,9 @@ pub struct NodeauthOptions {
     pub signer_args: Vec<String>,
     /// Also run bootstrap-signer (cluster-info signatures for token discovery).
     pub bootstrap_signer: bool,
+    /// Where the binaries are, e.g. `target/release` for a benchmark (default: next to the
+    /// running test binary, see [`workspace_binary`]).
+    pub bin_dir: Option<PathBuf>,
 }
 
 impl Default for NodeauthOptions {
@@ -54,6 +57,7 @@ impl Default for NodeauthOptions {
             approver_args: vec![],
             signer_args: vec![],
             bootstrap_signer: true,
+            bin_dir: None,
         }
     }
 }
@@ -94,13 +98,15 @@ impl ControlPlane {
         .map(|name| format!("--signer={name}={},{}", cert.display(), key.display()))
         .collect();
         signer_args.extend(opts.signer_args.iter().cloned());
-        let (signer, signer_metrics) = self.start_controller("signer", &signer_args).await?;
+        let bin = opts.bin_dir.as_deref();
+        let (signer, signer_metrics) = self.start_controller(bin, "signer", &signer_args).await?;
         let mut approver_args = vec![format!("--policy={}", opts.policy.display())];
         approver_args.extend(opts.approver_args.iter().cloned());
-        let (approver, approver_metrics) =
-            self.start_controller("approver", &approver_args).await?;
+        let (approver, approver_metrics) = self
+            .start_controller(bin, "approver", &approver_args)
+            .await?;
         let bootstrap_signer = if opts.bootstrap_signer {
-            Some(self.start_controller("bootstrap-signer", &[]).await?.0)
+            Some(self.start_controller(bin, "bootstrap-signer", &[]).await?.0)
         } else {
             None
         };
@@ -117,10 +123,14 @@ impl ControlPlane {
     /// waits for `/readyz`; returns it and its metrics port.
     async fn start_controller(
         &self,
+        bin_dir: Option<&Path>,
         component: &str,
         args: &[String],
     ) -> Result<(Process, u16), Error> {
-        let program = workspace_binary(component)?;
+        let program = match bin_dir {
+            Some(dir) => dir.join(component),
+            None => workspace_binary(component)?,
+        };
         let kubeconfig = self
             .deploy_rbac(component, &format!("nodeauth-{component}"))
             .await?;

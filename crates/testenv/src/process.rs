@@ -148,9 +148,11 @@ impl Process {
 
     /// Stops the process: SIGTERM, then SIGKILL after `grace`.
     pub fn stop(&mut self, grace: Duration) {
+        // Quietly: it may have exited already.
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.pid.to_string())
+            .stderr(std::process::Stdio::null())
             .status();
         let deadline = Instant::now() + grace;
         loop {
@@ -165,6 +167,7 @@ impl Process {
                 let _ = Command::new("kill")
                     .arg("-KILL")
                     .arg(self.pid.to_string())
+                    .stderr(std::process::Stdio::null())
                     .status();
                 if let Some(c) = self.child.as_mut() {
                     let _ = c.wait();
