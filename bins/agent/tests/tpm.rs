@@ -10,7 +10,7 @@ mod common;
 
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use nodeauth_testenv::{NodeauthOptions, Swtpm, manifests};
+use nodeauth_testenv::manifests;
 
 const POLICY: &str = "
 name: tpm-bootstrap
@@ -55,33 +55,12 @@ fn join_args(node: &NodeDir, token: &str, attestation: &[String]) -> Vec<String>
 #[tokio::test]
 async fn a_tpm_attested_join_is_approved_and_an_insecure_one_is_denied() {
     // The only approver in this test binary's cluster: the TPM policy and endpoint.
-    let dir = tempfile::tempdir().unwrap();
-    let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let (issuer, root) = Swtpm::ek_ca_chain_pem().unwrap();
-    let ek_ca = dir.path().join("ek-ca.pem");
-    std::fs::write(&ek_ca, format!("{issuer}{root}")).unwrap();
-    let ticket_key = dir.path().join("ticket.key");
-    std::fs::write(&ticket_key, "cd".repeat(32)).unwrap();
-    let port = manifests::free_port().unwrap();
-    let nodeauth = cp()
-        .start_nodeauth(&NodeauthOptions {
-            policy,
-            approver_args: vec![
-                "--attestation-provider=tpm,insecure".into(),
-                format!("--tpm-ek-ca={}", ek_ca.display()),
-                format!("--tpm-ticket-key-file={}", ticket_key.display()),
-                format!("--attestation-bind-address=127.0.0.1:{port}"),
-            ],
-            ..Default::default()
-        })
-        .await
-        .expect("nodeauth's approver (TPM policy), signer and bootstrap-signer");
+    let env = TpmNodeauth::start(POLICY, vec![]).await;
+    let (nodeauth, tpm, endpoint) = (&env.nodeauth, &env.tpm, &env.endpoint);
     ensure_cluster_info().await;
     // Only system:node-bootstrapper: nothing but our approver approves.
     let token = node_token(false).await;
     wait_signature(&token).await;
-    let tpm = Swtpm::start().unwrap();
 
     let node = NodeDir::new();
     let out = agent(join_args(
@@ -89,7 +68,7 @@ async fn a_tpm_attested_join_is_approved_and_an_insecure_one_is_denied() {
         &token,
         &[
             "--attestation=tpm".into(),
-            format!("--attestation-endpoint=http://127.0.0.1:{port}"),
+            format!("--attestation-endpoint={endpoint}"),
             format!("--tpm-tcti={}", tpm.tcti()),
             format!("--provider-id=tpm://{}", node.name),
         ],

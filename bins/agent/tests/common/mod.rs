@@ -285,3 +285,60 @@ pub async fn register_node(name: &str) {
     }
     tokio::time::sleep(Duration::from_millis(300)).await; // the approver's Node cache
 }
+
+/// nodeauth whose approver serves the TPM attestation endpoint (trusting swtpm's local EK CA)
+/// and decides with `policy` (YAML), plus a freshly manufactured swtpm.
+#[cfg(feature = "tpm")]
+pub struct TpmNodeauth {
+    pub nodeauth: nodeauth_testenv::Nodeauth,
+    /// The approver's attestation endpoint, `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    pub tpm: nodeauth_testenv::Swtpm,
+    _dir: tempfile::TempDir,
+}
+
+#[cfg(feature = "tpm")]
+impl TpmNodeauth {
+    pub async fn start(policy: &str, signer_args: Vec<String>) -> Self {
+        // The TPM first: manufacturing it creates swtpm's local CA on a fresh machine.
+        let tpm = nodeauth_testenv::Swtpm::start().expect("swtpm");
+        let dir = tempfile::tempdir().unwrap();
+        let policy_path = dir.path().join("policy.yaml");
+        std::fs::write(&policy_path, policy).unwrap();
+        let (issuer, root) = nodeauth_testenv::Swtpm::ek_ca_chain_pem().unwrap();
+        let ek_ca = dir.path().join("ek-ca.pem");
+        std::fs::write(&ek_ca, format!("{issuer}{root}")).unwrap();
+        let ticket_key = dir.path().join("ticket.key");
+        std::fs::write(&ticket_key, "cd".repeat(32)).unwrap();
+        let port = manifests::free_port().unwrap();
+        let nodeauth = cp()
+            .start_nodeauth(&nodeauth_testenv::NodeauthOptions {
+                policy: policy_path,
+                approver_args: vec![
+                    "--attestation-provider=tpm,insecure".into(),
+                    format!("--tpm-ek-ca={}", ek_ca.display()),
+                    format!("--tpm-ticket-key-file={}", ticket_key.display()),
+                    format!("--attestation-bind-address=127.0.0.1:{port}"),
+                ],
+                signer_args,
+                ..Default::default()
+            })
+            .await
+            .expect("nodeauth's approver (TPM endpoint), signer and bootstrap-signer");
+        Self {
+            nodeauth,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            tpm,
+            _dir: dir,
+        }
+    }
+
+    /// The agent flags for TPM attestation through this approver.
+    pub fn agent_args(&self) -> Vec<String> {
+        vec![
+            "--attestation=tpm".into(),
+            format!("--attestation-endpoint={}", self.endpoint),
+            format!("--tpm-tcti={}", self.tpm.tcti()),
+        ]
+    }
+}

@@ -1,0 +1,206 @@
+//! An unmodified kubelet v1.37.1 whose client credential comes from `agent credential
+//! --attestation tpm` (exec plugin; no bootstrap kubeconfig, `rotateCertificates: false`), on a
+//! software TPM, through nodeauth's approver (bootstrap requires TPM attestation; renewal and
+//! serving as documented) and signer (certificates of one minute, so the agent rotates while
+//! the kubelet runs). The kubelet registers its Node and keeps it Ready across at least two of
+//! the agent's rotations; every request — the bootstrap and each renewal — carries TPM evidence.
+//!
+//! Needs `--features tpm` (libtss2) and the approver, signer and bootstrap-signer binaries.
+
+#![cfg(feature = "tpm")]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::wait::await_condition;
+use nodeauth_testenv::{KubeletOptions, manifests};
+
+/// Ahead of the documented policy: the first policy covering a request decides.
+const TPM_BOOTSTRAP: &str = "
+name: tpm-bootstrap
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters: {groups: [system:bootstrappers]}
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+- rule: attestation
+  required: true
+  providers: [tpm]
+---
+";
+
+fn ready(n: Option<&Node>) -> bool {
+    n.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn approved_message(csr: &CertificateSigningRequest) -> Option<String> {
+    csr.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "Approved" && c.status == "True")
+        .map(|c| c.message.clone().unwrap_or_default())
+}
+
+fn issued(csr: &CertificateSigningRequest) -> bool {
+    csr.status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty())
+}
+
+#[tokio::test]
+async fn a_kubelet_on_the_tpm_attested_agent_stays_ready_across_rotations() {
+    let documented =
+        std::fs::read_to_string(manifests::deploy_dir().join("approver/policy.yaml")).unwrap();
+    let env = TpmNodeauth::start(
+        &format!("{TPM_BOOTSTRAP}{documented}"),
+        // Backdated 5 minutes, a one-minute certificate spans six: the agent (renewal point
+        // at 90 %) renews it about 25 s after issuance.
+        // Expired certificates' CSRs are kept, so the test sees the whole history.
+        vec!["--max-duration=60s".into(), "--gc-expired=false".into()],
+    )
+    .await;
+    // No auto-approval bindings: only nodeauth's approver decides.
+    let token = node_token(false).await;
+    let node = NodeDir::new();
+    node.write_token_bootstrap(&token);
+    let info = nodeauth_token::kubeconfig::ClusterInfo::from_admin_kubeconfig(
+        cp().kubeconfig("x", &nodeauth_testenv::Credential::None)
+            .as_bytes(),
+    )
+    .unwrap();
+    let mut args = vec!["credential".to_string()];
+    args.extend(node.node_args());
+    args.extend(env.agent_args());
+    let exec = nodeauth_agent::kubeconfig::exec_kubeconfig(
+        &info,
+        "node",
+        agent_bin().to_str().unwrap(),
+        &args,
+    );
+    let mut kubelet = cp()
+        .start_kubelet(&KubeletOptions {
+            node_name: node.name.clone(),
+            bootstrap_kubeconfig: None,
+            kubeconfig: Some(exec.to_string()),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
+            extra_args: vec![],
+        })
+        .expect("kubelet");
+    let admin = cp().admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    if tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(nodes.clone(), &node.name, ready),
+    )
+    .await
+    .is_err()
+    {
+        panic!(
+            "node {} not Ready; kubelet log:\n{}\napprover:\n{}",
+            node.name,
+            kubelet.process_mut().log_tail(40),
+            env.nodeauth.approver.log_tail(20)
+        );
+    }
+
+    // Three issued certificates for the node: the bootstrap and two renewals by the agent,
+    // each started by the kubelet calling its credential plugin again.
+    let mut csrs = vec![];
+    for _ in 0..240 {
+        csrs = csrs_for(&node.name).await;
+        if csrs.iter().filter(|c| issued(c)).count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    csrs.sort_by_key(|c| c.metadata.creation_timestamp.clone().map(|t| t.0));
+    let summary: Vec<(String, Option<String>, bool)> = csrs
+        .iter()
+        .map(|c| {
+            (
+                c.spec.username.clone().unwrap_or_default(),
+                approved_message(c),
+                issued(c),
+            )
+        })
+        .collect();
+    assert!(
+        csrs.iter().filter(|c| issued(c)).count() >= 3,
+        "want three issued client certificates: {summary:?}\nkubelet:\n{}",
+        kubelet.process_mut().log_tail(30)
+    );
+    let bootstrap = &csrs[0];
+    assert!(
+        bootstrap
+            .spec
+            .username
+            .as_deref()
+            .is_some_and(|u| u.starts_with("system:bootstrap:")),
+        "{summary:?}"
+    );
+    assert!(
+        approved_message(bootstrap).is_some_and(|m| m.contains("policy tpm-bootstrap")),
+        "{summary:?}"
+    );
+    let node_user = format!("system:node:{}", node.name);
+    for renewal in csrs.iter().skip(1).filter(|c| issued(c)) {
+        assert_eq!(
+            renewal.spec.username.as_deref(),
+            Some(node_user.as_str()),
+            "{summary:?}"
+        );
+        assert!(
+            approved_message(renewal).is_some_and(|m| m.contains("policy renewal")),
+            "{summary:?}"
+        );
+    }
+    // Every request carried TPM evidence (the agent attests renewals too).
+    for c in &csrs {
+        let pem = String::from_utf8_lossy(&c.spec.request.0);
+        assert!(pem.contains("ATTESTATION"), "no TPM evidence in {pem}");
+    }
+    // Distinct certificates.
+    let serials: BTreeSet<Vec<u8>> = csrs
+        .iter()
+        .filter_map(|c| c.status.as_ref()?.certificate.as_ref().map(|b| b.0.clone()))
+        .collect();
+    assert!(serials.len() >= 3);
+
+    // The kubelet is still working with the newest identity: its Node is Ready and its Lease
+    // renewed after the last certificate was issued.
+    let last_issued = jiff::Timestamp::now();
+    let leases: Api<Lease> = Api::namespaced(admin, "kube-node-lease");
+    let mut renewed = false;
+    for _ in 0..60 {
+        let lease = leases.get(&node.name).await.unwrap();
+        if lease
+            .spec
+            .and_then(|s| s.renew_time)
+            .is_some_and(|t| t.0 > last_issued)
+        {
+            renewed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        renewed,
+        "the kubelet stopped renewing its Lease:\n{}",
+        kubelet.process_mut().log_tail(30)
+    );
+    assert!(ready(Some(&nodes.get(&node.name).await.unwrap())));
+    let (user, _) = whoami_with_current(&node).await;
+    assert_eq!(user, node_user);
+}
