@@ -32,6 +32,10 @@ pub enum BenchCmd {
     /// upstream kube-controller-manager on the same control plane: time to all Ready, per-node
     /// p50/p99, serving certificates; writes target/bench-report/kubelets.md.
     Kubelets(crate::kubelets::KubeletsArgs),
+    /// The join storm: N simulated agents bootstrap at once through nodeauth (kcm preset, full
+    /// policy), upstream KCM (defaults, tuned) and a controller-less floor; time to all issued,
+    /// p50/p99, controller CPU and peak RSS; writes target/bench-report/storm.md.
+    Storm(crate::storm::StormArgs),
 }
 
 /// Options of `cargo xtask bench micro`.
@@ -67,6 +71,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     match cmd {
         BenchCmd::Micro(args) => micro(&args),
         BenchCmd::Kubelets(args) => crate::kubelets::run(&args),
+        BenchCmd::Storm(args) => crate::storm::run(&args),
     }
 }
 

@@ -8,6 +8,7 @@
 //! - `demo`: the README's main command.
 //! - `bench micro [--quick]`: micro-benchmarks against upstream's Go code, as a ratio table.
 //! - `bench kubelets [--quick]`: real kubelets joining through nodeauth and through upstream KCM.
+//! - `bench storm [--quick]`: the join storm (simulated agents) against nodeauth, KCM and a floor.
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
 
 #![forbid(unsafe_code)]
@@ -24,6 +25,7 @@ mod bench;
 mod chart;
 mod demo;
 mod kubelets;
+mod storm;
 mod tools;
 
 /// nodeauth project automation.
@@ -369,7 +371,7 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
 fn bench_smoke() -> Result<()> {
     let xtask = std::env::current_exe().context("locating the xtask binary")?;
     let quick = workspace_root().join("target/bench-report/quick");
-    for bench in ["micro", "kubelets"] {
+    for bench in ["micro", "kubelets", "storm"] {
         let mut c = Command::new(&xtask);
         c.current_dir(workspace_root())
             .args(["bench", bench, "--quick", "--out"])

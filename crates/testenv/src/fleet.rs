@@ -127,6 +127,15 @@ pub fn quantile(v: &[Duration], q: f64) -> Option<Duration> {
     v.get(rank - 1).copied()
 }
 
+/// The `q`-quantile (0..=1) of sorted `v`, nearest rank; 0 when empty.
+pub fn quantile_f64(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v.get(rank - 1).copied().unwrap_or(0.0)
+}
+
 fn ready(n: &Node) -> bool {
     n.status
         .as_ref()

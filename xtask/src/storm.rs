@@ -1,0 +1,532 @@
+//! `cargo xtask bench storm`: the join storm. N simulated agents (benches/src/bin/storm.rs: the
+//! agent's own library code, a Rust client, bounded concurrency) bootstrap their client
+//! certificates at once against one local control plane, once per configuration:
+//!
+//! 1. `nodeauth kcm preset`: nodeauth's approver (`--preset kcm`) + signer;
+//! 2. `nodeauth full policy`: the approver with benches/storm-policy.yaml (inventory, SAR,
+//!    key algorithm, SAN count, dedup, `insecure` attestation) + signer;
+//! 3. `KCM defaults`: upstream kube-controller-manager's csrapproving + csrsigning;
+//! 4. `KCM tuned`: the same with `--kube-api-qps`/`--kube-api-burst` raised (kube-rs, which
+//!    nodeauth's controllers use, has no client-side rate limit);
+//! 5. `floor`: no controller; the driver approves and issues each CSR the moment it appears.
+//!
+//! Reported per N: time until all N are issued, per-node p50/p99 (create → certificate seen),
+//! the controllers' CPU seconds (utime + stime over the run, from /proc) and peak RSS (VmHWM),
+//! ratios to the floor and to tuned KCM, and the issue's goals checked for the full policy.
+//! Each run must issue every node a certificate for its own name, or the command fails.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::api::{Api, DeleteParams, ListParams};
+use nodeauth_testenv::process::Lifetime;
+use nodeauth_testenv::{
+    ControlPlane, KcmOptions, NodeauthOptions, Options, bind_kubeadm_node_bootstrap,
+    create_bootstrap_token,
+};
+
+use crate::{cargo, workspace_root};
+
+/// Options of `cargo xtask bench storm`.
+#[derive(Debug, Args)]
+pub struct StormArgs {
+    /// Node counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    nodes: Vec<usize>,
+    /// Agents in flight at once.
+    #[arg(long, default_value_t = 100)]
+    concurrency: usize,
+    /// KCM tuned: `--kube-api-qps` (burst is twice this).
+    #[arg(long, default_value_t = 1000)]
+    kcm_qps: u32,
+    /// Ten nodes per configuration, debug binaries (CI: every configuration still works; no
+    /// numbers claimed).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the Markdown report.
+    #[arg(long, default_value = "target/bench-report/storm.md")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Config {
+    NodeauthKcm,
+    NodeauthFull,
+    KcmDefault,
+    KcmTuned,
+    Floor,
+}
+
+impl Config {
+    const ALL: [Config; 5] = [
+        Config::NodeauthKcm,
+        Config::NodeauthFull,
+        Config::KcmDefault,
+        Config::KcmTuned,
+        Config::Floor,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Config::NodeauthKcm => "nodeauth, kcm preset",
+            Config::NodeauthFull => "nodeauth, full policy",
+            Config::KcmDefault => "KCM defaults",
+            Config::KcmTuned => "KCM tuned",
+            Config::Floor => "floor (no controller)",
+        }
+    }
+}
+
+/// The driver's JSON.
+#[derive(Debug, serde::Deserialize)]
+struct Outcome {
+    nodes: usize,
+    issued: usize,
+    total_s: f64,
+    latencies_s: Vec<f64>,
+}
+
+#[derive(Debug)]
+struct Measured {
+    config: Config,
+    nodes: usize,
+    total_s: f64,
+    p50_s: f64,
+    p99_s: f64,
+    /// Controller CPU seconds and peak RSS (MiB), per process: (name, cpu, rss).
+    controllers: Vec<(&'static str, f64, f64)>,
+    apiserver_cpu_s: f64,
+}
+
+impl Measured {
+    fn cpu(&self) -> Option<f64> {
+        (!self.controllers.is_empty()).then(|| self.controllers.iter().map(|c| c.1).sum())
+    }
+    fn rss(&self) -> Option<f64> {
+        (!self.controllers.is_empty()).then(|| self.controllers.iter().map(|c| c.2).sum())
+    }
+}
+
+pub fn run(args: &StormArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let counts = if args.quick {
+        vec![10]
+    } else {
+        args.nodes.clone()
+    };
+    let profile = if args.quick { "debug" } else { "release" };
+    println!("==> building approver, signer and the storm driver ({profile})");
+    let mut b = cargo();
+    b.args([
+        "build",
+        "--quiet",
+        "-p",
+        "approver",
+        "-p",
+        "signer",
+        "-p",
+        "nodeauth-benches",
+        "--bin",
+        "storm",
+        "--bin",
+        "approver",
+        "--bin",
+        "signer",
+    ]);
+    if !args.quick {
+        b.arg("--release");
+    }
+    let status = b.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("building failed ({status})");
+    }
+    let bin_dir = target_dir().join(profile);
+
+    let dir = std::env::temp_dir().join(nodeauth_testenv::unique_name("bench-storm"));
+    println!("==> starting etcd + kube-apiserver in {}", dir.display());
+    let cp = ControlPlane::start(&Options {
+        dir: dir.clone(),
+        lifetime: Lifetime::TiedToProcess,
+        apiserver_port: None,
+    })?;
+    let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
+    let group = "system:bootstrappers:storm";
+    let token = rt.block_on(async {
+        let admin = cp.admin_client().await?;
+        // kubeadm's bindings: token holders may create CSRs, and (for KCM and the kcm preset's
+        // SubjectAccessReview) are allowed to ask for node client certificates.
+        bind_kubeadm_node_bootstrap(&admin, group).await?;
+        anyhow::Ok(create_bootstrap_token(&admin, &[group]).await?)
+    })?;
+    let mut results = vec![];
+    for &n in &counts {
+        for config in Config::ALL {
+            let m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
+            println!(
+                "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}",
+                config.label(),
+                m.total_s,
+                m.p50_s,
+                m.p99_s,
+                m.cpu()
+                    .map(|c| format!(
+                        ", controllers {c:.2} CPU-s, {:.0} MiB",
+                        m.rss().unwrap_or(0.0)
+                    ))
+                    .unwrap_or_default()
+            );
+            results.push(m);
+        }
+    }
+    let report = report(&results, &counts, args);
+    println!();
+    print!("{report}");
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        workspace_root().join(&args.out)
+    };
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    std::fs::write(&out, &report).with_context(|| format!("writing {}", out.display()))?;
+    println!("\nreport: {}", out.display());
+    cp.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!(
+        "bench storm{} took {:.0?}",
+        if args.quick { " --quick" } else { "" },
+        started.elapsed()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// Peak resident set size of `pid`, MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn one(
+    cp: &ControlPlane,
+    config: Config,
+    n: usize,
+    args: &StormArgs,
+    bin_dir: &Path,
+    token: &str,
+) -> Result<Measured> {
+    // A clean slate: no CSRs from the previous configuration.
+    let admin = cp.admin_client().await?;
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin);
+    csrs.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .context("deleting the previous run's CSRs")?;
+
+    // Start what decides and signs; remember its processes.
+    let mut nodeauth = None;
+    let mut kcm = None;
+    let policy = workspace_root().join("benches/storm-policy.yaml");
+    match config {
+        Config::NodeauthKcm | Config::NodeauthFull => {
+            let (policy, approver_args) = if config == Config::NodeauthKcm {
+                // The harness always passes --policy: one covering no signer in use, so the
+                // preset decides every storm CSR.
+                let none = cp.dir().join("unused-policy.yaml");
+                std::fs::write(
+                    &none,
+                    "name: unused\nsigners: [example.com/unused]\nonFailure: abstain\n\
+                     rules:\n- rule: maxDurationSeconds\n  max: 600\n",
+                )?;
+                (none, vec!["--preset=kcm".to_owned()])
+            } else {
+                (
+                    policy.clone(),
+                    vec!["--attestation-provider=insecure".to_owned()],
+                )
+            };
+            let na = cp
+                .start_nodeauth(&NodeauthOptions {
+                    policy,
+                    approver_args,
+                    signer_args: vec![],
+                    bootstrap_signer: false,
+                    bin_dir: Some(bin_dir.to_owned()),
+                })
+                .await?;
+            nodeauth = Some(na);
+        }
+        Config::KcmDefault | Config::KcmTuned => {
+            let mut opts = KcmOptions::controllers(&["csrapproving", "csrsigning"]);
+            if config == Config::KcmTuned {
+                opts.extra_args = vec![
+                    format!("--kube-api-qps={}", args.kcm_qps),
+                    format!("--kube-api-burst={}", args.kcm_qps * 2),
+                ];
+            }
+            kcm = Some(cp.start_kcm(&opts)?);
+        }
+        Config::Floor => {}
+    }
+    let processes: Vec<(&'static str, u32)> = match (&nodeauth, &kcm) {
+        (Some(na), _) => vec![("approver", na.approver.pid()), ("signer", na.signer.pid())],
+        (_, Some(k)) => vec![("kube-controller-manager", k.process().pid())],
+        _ => vec![],
+    };
+    let apiserver = cp.pids().get(1).copied();
+    let cpu0: Vec<f64> = processes.iter().map(|(_, p)| cpu_seconds(*p)).collect();
+    let api0 = apiserver.map_or(0.0, cpu_seconds);
+
+    let mode = match config {
+        Config::NodeauthFull => "insecure",
+        Config::Floor => "floor",
+        _ => "plain",
+    };
+    let prefix = format!(
+        "storm-{}-{n}-{}",
+        match config {
+            Config::NodeauthKcm => "nk",
+            Config::NodeauthFull => "nf",
+            Config::KcmDefault => "kd",
+            Config::KcmTuned => "kt",
+            Config::Floor => "fl",
+        },
+        nodeauth_testenv::random_lower_alnum(4)
+    );
+    let mut driver = Command::new(bin_dir.join("storm"));
+    driver
+        .arg(format!("--server={}", cp.server()))
+        .arg(format!("--ca-file={}", cp.pki().path("ca.crt").display()))
+        .arg(format!(
+            "--admin-kubeconfig={}",
+            cp.admin_kubeconfig_path().display()
+        ))
+        .arg(format!("--nodes={n}"))
+        .arg(format!("--concurrency={}", args.concurrency))
+        .arg(format!("--prefix={prefix}"))
+        .arg(format!("--mode={mode}"))
+        .env("NODEAUTH_TOKEN", token);
+    let out = tokio::task::spawn_blocking(move || driver.output())
+        .await?
+        .context("running the storm driver")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let logs = nodeauth
+            .as_ref()
+            .map(|na| {
+                format!(
+                    "\napprover:\n{}\nsigner:\n{}",
+                    na.approver.log_tail(15),
+                    na.signer.log_tail(15)
+                )
+            })
+            .unwrap_or_default();
+        bail!(
+            "{} N={n}: the driver failed ({}):\n{stdout}\n{}{logs}",
+            config.label(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let outcome: Outcome = serde_json::from_str(stdout.trim())
+        .with_context(|| format!("the driver's output: {stdout}"))?;
+    if outcome.issued != outcome.nodes || outcome.nodes != n {
+        bail!("{} N={n}: {} of {n} issued", config.label(), outcome.issued);
+    }
+    let controllers = processes
+        .iter()
+        .zip(cpu0)
+        .map(|((name, pid), c0)| (*name, cpu_seconds(*pid) - c0, peak_rss_mib(*pid)))
+        .collect();
+    let apiserver_cpu_s = apiserver.map_or(0.0, cpu_seconds) - api0;
+    drop(nodeauth);
+    drop(kcm);
+    let q = |p: f64| nodeauth_testenv::fleet::quantile_f64(&outcome.latencies_s, p);
+    Ok(Measured {
+        config,
+        nodes: n,
+        total_s: outcome.total_s,
+        p50_s: q(0.5),
+        p99_s: q(0.99),
+        controllers,
+        apiserver_cpu_s,
+    })
+}
+
+fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "# Join storm: nodeauth vs kube-controller-manager vs the floor"
+    );
+    let _ = writeln!(r);
+    let _ = writeln!(
+        r,
+        "Measured {} on {}; Kubernetes {}; nodeauth's approver and signer {}. Command: `cargo \
+         xtask bench storm{}`.",
+        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
+        crate::bench::machine(),
+        nodeauth_testenv::k8s::KUBERNETES_VERSION,
+        if args.quick {
+            "debug builds"
+        } else {
+            "--release"
+        },
+        if args.quick {
+            " --quick".to_owned()
+        } else {
+            format!(
+                " --nodes {} --concurrency {}",
+                counts
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                args.concurrency
+            )
+        }
+    );
+    let _ = writeln!(r);
+    let _ = writeln!(
+        r,
+        "N simulated agents (benches/src/bin/storm.rs: `nodeauth_agent::csr` — upstream's CSR \
+         name, create, watch until issued; keys and requests prepared before the clock starts; \
+         at most {} in flight; one bootstrap token) against one etcd + kube-apiserver on \
+         127.0.0.1; all CSRs deleted and the controllers restarted between configurations. \
+         Time: first create → last certificate seen by its agent. Per node: create → its \
+         certificate seen. CPU-s: utime+stime of the controller processes during the run \
+         (nodeauth: approver + signer; KCM: its one process); RSS: their peak resident set \
+         (VmHWM). nodeauth runs leader-elected under its deploy/ RBAC, writes an Event per \
+         decision and verifies each CSR's signature in both the approver and the signer. Full \
+         policy: benches/storm-policy.yaml (the approver's Node inventory, a \
+         SubjectAccessReview per CSR, key algorithm, SAN count, dedup, `insecure` attestation). \
+         KCM tuned: `--kube-api-qps={} --kube-api-burst={}` (kube-rs has no client-side rate \
+         limit). The apiserver, etcd, the controllers and the driver share the machine's cores.",
+        args.concurrency,
+        args.kcm_qps,
+        args.kcm_qps * 2
+    );
+    for &n in counts {
+        let rows: Vec<&Measured> = results.iter().filter(|m| m.nodes == n).collect();
+        let find = |c: Config| rows.iter().find(|m| m.config == c).copied();
+        let floor = find(Config::Floor);
+        let tuned = find(Config::KcmTuned);
+        let _ = writeln!(r);
+        let _ = writeln!(r, "## N = {n}");
+        let _ = writeln!(r);
+        let _ = writeln!(
+            r,
+            "| configuration | all issued | p50 | p99 | controller CPU-s | peak RSS | apiserver CPU-s | time ÷ floor |"
+        );
+        let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for m in &rows {
+            let _ = writeln!(
+                r,
+                "| {} | {:.2} s | {:.2} s | {:.2} s | {} | {} | {:.1} | {} |",
+                m.config.label(),
+                m.total_s,
+                m.p50_s,
+                m.p99_s,
+                m.cpu().map_or("—".into(), |c| if m.controllers.len() > 1 {
+                    format!(
+                        "{c:.2} ({})",
+                        m.controllers
+                            .iter()
+                            .map(|(n, c, _)| format!("{n} {c:.2}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!("{c:.2}")
+                }),
+                m.rss().map_or("—".into(), |v| if m.controllers.len() > 1 {
+                    format!(
+                        "{v:.0} MiB ({})",
+                        m.controllers
+                            .iter()
+                            .map(|(n, _, v)| format!("{n} {v:.0}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                } else {
+                    format!("{v:.0} MiB")
+                }),
+                m.apiserver_cpu_s,
+                floor.map_or("—".into(), |f| format!("{:.2}", m.total_s / f.total_s)),
+            );
+        }
+        if let (Some(full), Some(floor), Some(tuned)) = (find(Config::NodeauthFull), floor, tuned) {
+            let _ = writeln!(r);
+            let _ = writeln!(
+                r,
+                "Goals (issue 13), nodeauth with the full policy at N = {n}:"
+            );
+            let _ = writeln!(r);
+            let mark = |ok: bool| if ok { "met" } else { "**not met**" };
+            let ratio = full.total_s / floor.total_s;
+            let _ = writeln!(
+                r,
+                "- within 1.2x of the floor: {:.2}x — {}",
+                ratio,
+                mark(ratio <= 1.2)
+            );
+            let _ = writeln!(
+                r,
+                "- p99 below tuned KCM: {:.2} s vs {:.2} s — {}",
+                full.p99_s,
+                tuned.p99_s,
+                mark(full.p99_s < tuned.p99_s)
+            );
+            if let (Some(fc), Some(tc), Some(fr), Some(tr)) =
+                (full.cpu(), tuned.cpu(), full.rss(), tuned.rss())
+            {
+                let _ = writeln!(
+                    r,
+                    "- at most half of tuned KCM's CPU seconds: {fc:.2} vs {tc:.2} ({:.2}x) — {}",
+                    fc / tc,
+                    mark(fc <= tc / 2.0)
+                );
+                let _ = writeln!(
+                    r,
+                    "- at most half of tuned KCM's peak RSS: {fr:.0} MiB vs {tr:.0} MiB ({:.2}x) — {}",
+                    fr / tr,
+                    mark(fr <= tr / 2.0)
+                );
+            }
+        }
+    }
+    r
+}
