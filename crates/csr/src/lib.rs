@@ -98,7 +98,7 @@ pub use public_key::{EcCurve, KeyAlgorithm, PublicKeyInfo};
 pub use request::{
     ATTESTATION_DATA_LABEL, ATTESTATION_PROVIDER_LABEL, CERTIFICATE_REQUEST_LABEL, Csr, parse,
 };
-pub use signature::{HashAlgorithm, signature_algorithm_name};
+pub use signature::{HashAlgorithm, VerifyBackend, signature_algorithm_name};
 pub use subject::{NameAttribute, NameValue, RelativeName, Subject};
 pub use usage::{UnknownUsage, Usage};
 pub use validate::{MAX_RSA_BITS, MIN_RSA_BITS, SignatureCheck, Violation, ViolationCode};

@@ -199,3 +199,69 @@ fn exercise(input: &[u8]) {
     }
     let _ = format!("{csr:?}");
 }
+
+/// Both verification backends give the same verdict and the same error (feature `aws-lc`).
+#[cfg(feature = "aws-lc")]
+mod backends {
+    use super::*;
+    use nodeauth_csr::VerifyBackend;
+
+    fn same(csr: &nodeauth_csr::Csr) -> Result<(), TestCaseError> {
+        let pure = csr.verify_signature_with(VerifyBackend::RustCrypto);
+        let fast = csr.verify_signature_with(VerifyBackend::AwsLc);
+        prop_assert_eq!(
+            format!("{pure:?}"),
+            format!("{fast:?}"),
+            "RustCrypto and aws-lc-rs disagree"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn every_fixture_gets_the_same_verdict() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "pem") {
+                let bytes = std::fs::read(&path).unwrap();
+                if let Ok(csr) = parse(&bytes) {
+                    same(&csr).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 15, "only {checked} fixtures parsed");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// Valid requests of every key type verify on both; a flipped bit in the signed part or
+        /// in the signature is rejected by both, with the same error.
+        #[test]
+        fn backends_agree(
+            kind in key_kind(),
+            node in "[a-z][a-z0-9-]{0,20}",
+            flip in proptest::option::of((any::<prop::sample::Index>(), 0u8..8)),
+        ) {
+            let Some(key) = signing_key(&kind) else { return Ok(()) };
+            let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
+            let csr = parse(pem.as_bytes()).unwrap();
+            prop_assert!(csr.verify_signature_with(VerifyBackend::AwsLc).is_ok());
+            same(&csr)?;
+            if let Some((at, bit)) = flip {
+                let mut der = csr.der().to_vec();
+                let i = at.index(der.len());
+                if let Some(b) = der.get_mut(i) { *b ^= 1 << bit; }
+                let pem = format!(
+                    "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+                    base64_lines(&der)
+                );
+                if let Ok(mutated) = parse(pem.as_bytes()) {
+                    same(&mutated)?;
+                }
+            }
+        }
+    }
+}

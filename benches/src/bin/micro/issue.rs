@@ -21,15 +21,19 @@ const LIFETIME_SECONDS: i64 = 24 * 3600;
 
 /// nodeauth's issuer for a CA given as a PEM certificate and a PKCS #8 PEM key. (An `Option`
 /// so a build without an issuer can still run the other rows; today it is always `Some`.)
-pub fn issuer(ca_cert_pem: &str, ca_key_pem: &str) -> Option<Result<Issue>> {
-    Some(build(ca_cert_pem, ca_key_pem))
+pub fn issuer(
+    ca_cert_pem: &str,
+    ca_key_pem: &str,
+    backend: SigningBackend,
+) -> Option<Result<Issue>> {
+    Some(build(ca_cert_pem, ca_key_pem, backend))
 }
 
-fn build(ca_cert_pem: &str, ca_key_pem: &str) -> Result<Issue> {
-    // The unlabelled rows are RustCrypto's, even when the `aws-lc` feature (which makes
+fn build(ca_cert_pem: &str, ca_key_pem: &str, backend: SigningBackend) -> Result<Issue> {
+    // Explicit: the unlabelled rows are RustCrypto's even when the `aws-lc` feature (which makes
     // aws-lc-rs nodeauth-issuer's default) is on for the `[aws-lc-rs]` rows.
     let ca = CertificateAuthority::from_pem(ca_cert_pem.as_bytes(), ca_key_pem.as_bytes())?
-        .with_backend(SigningBackend::RustCrypto)?;
+        .with_backend(backend)?;
     let usages = parse_usages(&["digital signature", "client auth"])?;
     let policy = IssuePolicy::default();
     Ok(Box::new(move |csr| {

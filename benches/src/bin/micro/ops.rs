@@ -46,7 +46,15 @@ pub fn run(
         let pem = read(&format!("csr-{kt}.pem"))?;
         measure(&format!("csr/parse+verify/{kt}"), &mut || {
             let csr = parse(black_box(&pem))?;
-            csr.verify_signature()?;
+            csr.verify_signature_with(nodeauth_csr::VerifyBackend::RustCrypto)?;
+            black_box(csr);
+            Ok(())
+        })?;
+        // nodeauth-csr's own aws-lc-rs backend (what the approver and signer binaries use).
+        #[cfg(feature = "aws-lc")]
+        measure(&format!("csr/parse+verify/{kt} [aws-lc-rs]"), &mut || {
+            let csr = parse(black_box(&pem))?;
+            csr.verify_signature_with(nodeauth_csr::VerifyBackend::AwsLc)?;
             black_box(csr);
             Ok(())
         })?;
@@ -68,28 +76,34 @@ pub fn run(
             }};
         }
         fast_verify!(crate::fast::ring_backend);
-        #[cfg(feature = "aws-lc")]
-        fast_verify!(crate::fast::aws_lc_backend);
     }
 
     // Issuance of a kubelet client certificate for the P-256 request by a CA of each type.
     let subject = parse(&read("csr-p256.pem")?)?;
+    let backends = [
+        ("", nodeauth_issuer::SigningBackend::RustCrypto),
+        #[cfg(feature = "aws-lc")]
+        (" [aws-lc-rs]", nodeauth_issuer::SigningBackend::AwsLc),
+    ];
     for kt in KEY_TYPES {
-        let op = format!("issue/ca-{kt}");
-        match issue::issuer(
-            &read_str(&format!("ca-{kt}.crt"))?,
-            &read_str(&format!("ca-{kt}.key"))?,
-        ) {
-            Some(issuer) => {
-                let mut issue = issuer?;
-                measure(&op, &mut || {
-                    black_box(issue(black_box(&subject))?);
-                    Ok(())
-                })?;
+        for (suffix, backend) in &backends {
+            let op = format!("issue/ca-{kt}{suffix}");
+            match issue::issuer(
+                &read_str(&format!("ca-{kt}.crt"))?,
+                &read_str(&format!("ca-{kt}.key"))?,
+                *backend,
+            ) {
+                Some(issuer) => {
+                    let mut issue = issuer?;
+                    measure(&op, &mut || {
+                        black_box(issue(black_box(&subject))?);
+                        Ok(())
+                    })?;
+                }
+                None => eprintln!(
+                    "{op}: nodeauth-issuer is not wired in (benches/src/bin/micro/issue.rs); skipped"
+                ),
             }
-            None => eprintln!(
-                "{op}: nodeauth-issuer is not wired in (benches/src/bin/micro/issue.rs); skipped"
-            ),
         }
     }
 
