@@ -200,7 +200,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             cli.policy_crd.then(|| policies.clone()),
             events.clone(),
         );
-        let controller = Controller::new(csrs.clone(), watcher::Config::default());
+        let controller = Controller::new(csrs.clone(), watcher::Config::default())
+            .with_config(cli.runtime.controller_config());
         let ctx = Arc::new(decide::Ctx {
             client: client.clone(),
             csrs,

@@ -74,6 +74,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let controller_config = cli.runtime.controller_config();
     let client = rt.client().clone();
     let (writes, write_failures, signatures) =
         (Counter::default(), Counter::default(), Gauge::default());
@@ -137,6 +138,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cms,
                 watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO_NAME}")),
             )
+            .with_config(controller_config)
             .reconcile_all_on(token_changes)
             .graceful_shutdown_on(stop.cancelled_owned())
             .run(reconcile, error_policy, ctx)

@@ -306,6 +306,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stop.clone(),
         );
         let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
+            .with_config(cli.runtime.controller_config())
             .graceful_shutdown_on(stop.cancelled_owned());
         let store = controller.store();
         let ready = async move {

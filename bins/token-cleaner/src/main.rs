@@ -67,6 +67,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let controller_config = cli.runtime.controller_config();
     let client = rt.client().clone();
     let deleted = Counter::default();
     rt.metrics().register(
@@ -92,7 +93,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let controller = Controller::new(
             secrets.clone(),
             watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
-        );
+        )
+        .with_config(controller_config);
         let store = controller.store();
         let ctx = Arc::new(Ctx {
             secrets,

@@ -65,6 +65,14 @@ pub struct ControllerArgs {
     )]
     pub health_bind_address: BindAddress,
 
+    /// Objects reconciled at once, like kube-controller-manager's `--concurrent-*-syncs`.
+    ///
+    /// Each API call in flight holds its own HTTP/1.1 connection to kube-apiserver (kube-rs does
+    /// not multiplex), so this also bounds the connections, and the TLS handshakes a burst of
+    /// work would otherwise open. `0` means unbounded.
+    #[arg(long, env = "NODEAUTH_WORKERS", value_name = "N", default_value_t = 8)]
+    pub workers: u16,
+
     /// Run the controller only while holding a coordination.k8s.io/v1 Lease.
     ///
     /// Keep it on whenever more than one replica may run (Deployments with surge, rollouts),
@@ -150,6 +158,11 @@ pub struct ControllerArgs {
 }
 
 impl ControllerArgs {
+    /// The `kube::runtime::Controller` configuration these flags ask for (`--workers`).
+    pub fn controller_config(&self) -> kube::runtime::controller::Config {
+        kube::runtime::controller::Config::default().concurrency(self.workers)
+    }
+
     /// The listen addresses as a [`ServerConfig`].
     #[must_use]
     pub fn server_config(&self) -> ServerConfig {
