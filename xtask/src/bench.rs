@@ -36,6 +36,10 @@ pub enum BenchCmd {
     /// policy), upstream KCM (defaults, tuned) and a controller-less floor; time to all issued,
     /// p50/p99, controller CPU and peak RSS; writes target/bench-report/storm.md.
     Storm(crate::storm::StormArgs),
+    /// Everything, measured (about 15 minutes on 2 cores): `micro --aws-lc`, `storm`
+    /// (N = 100 and 1000), `kubelets` (20), then one Markdown report,
+    /// target/bench-report/report.md.
+    All,
 }
 
 /// Options of `cargo xtask bench micro`.
@@ -72,7 +76,34 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Micro(args) => micro(&args),
         BenchCmd::Kubelets(args) => crate::kubelets::run(&args),
         BenchCmd::Storm(args) => crate::storm::run(&args),
+        BenchCmd::All => all(),
     }
+}
+
+/// `bench all`: each benchmark with its defaults, then their reports in one file.
+fn all() -> Result<ExitCode> {
+    let started = Instant::now();
+    let dir = workspace_root().join("target/bench-report");
+    micro(&MicroArgs {
+        quick: false,
+        filter: String::new(),
+        rounds: 2,
+        aws_lc: true,
+        out: dir.join("micro.md"),
+    })?;
+    crate::storm::run(&crate::storm::StormArgs::full(dir.join("storm.md")))?;
+    crate::kubelets::run(&crate::kubelets::KubeletsArgs::full(dir.join("kubelets.md")))?;
+    let mut report = String::new();
+    for part in ["storm.md", "kubelets.md", "micro.md"] {
+        let text = std::fs::read_to_string(dir.join(part))
+            .with_context(|| format!("reading {part}"))?;
+        report.push_str(&text);
+        report.push_str("\n\n");
+    }
+    let out = dir.join("report.md");
+    std::fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
+    println!("\nreport: {} (bench all took {:.0?})", out.display(), started.elapsed());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn micro(args: &MicroArgs) -> Result<ExitCode> {

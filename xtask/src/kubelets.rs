@@ -37,6 +37,17 @@ pub struct KubeletsArgs {
     out: PathBuf,
 }
 
+impl KubeletsArgs {
+    /// The defaults: 20 kubelets, writing to `out`.
+    pub fn full(out: PathBuf) -> Self {
+        Self {
+            nodes: 20,
+            quick: false,
+            out,
+        }
+    }
+}
+
 struct Run {
     label: &'static str,
     report: FleetReport,

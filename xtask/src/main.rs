@@ -9,6 +9,7 @@
 //! - `bench micro [--quick]`: micro-benchmarks against upstream's Go code, as a ratio table.
 //! - `bench kubelets [--quick]`: real kubelets joining through nodeauth and through upstream KCM.
 //! - `bench storm [--quick]`: the join storm (simulated agents) against nodeauth, KCM and a floor.
+//! - `bench all`: every benchmark measured, one Markdown report (target/bench-report/report.md).
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
 
 #![forbid(unsafe_code)]
@@ -57,7 +58,7 @@ enum Cmd {
     },
     /// The end-to-end demo on a local control plane.
     Demo,
-    /// Benchmarks against upstream (`bench micro [--quick]`).
+    /// Benchmarks against upstream (`bench micro|storm|kubelets [--quick]`, `bench all`).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).

@@ -48,12 +48,40 @@ pub struct StormArgs {
     /// numbers claimed).
     #[arg(long)]
     quick: bool,
+    /// Configurations to run, comma-separated, in this order (default: all five).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "nodeauth-kcm,nodeauth-full,kcm-default,kcm-tuned,floor"
+    )]
+    configs: Vec<Config>,
     /// Where to write the Markdown report.
     #[arg(long, default_value = "target/bench-report/storm.md")]
     out: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+impl StormArgs {
+    /// The defaults: N = 100 and 1000, every configuration, writing to `out`.
+    pub fn full(out: PathBuf) -> Self {
+        Self {
+            nodes: vec![100, 1000],
+            concurrency: 100,
+            kcm_qps: 1000,
+            quick: false,
+            configs: vec![
+                Config::NodeauthKcm,
+                Config::NodeauthFull,
+                Config::KcmDefault,
+                Config::KcmTuned,
+                Config::Floor,
+            ],
+            out,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Config {
     NodeauthKcm,
     NodeauthFull,
@@ -63,14 +91,6 @@ enum Config {
 }
 
 impl Config {
-    const ALL: [Config; 5] = [
-        Config::NodeauthKcm,
-        Config::NodeauthFull,
-        Config::KcmDefault,
-        Config::KcmTuned,
-        Config::Floor,
-    ];
-
     fn label(self) -> &'static str {
         match self {
             Config::NodeauthKcm => "nodeauth, kcm preset",
@@ -165,7 +185,7 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
     })?;
     let mut results = vec![];
     for &n in &counts {
-        for config in Config::ALL {
+        for &config in &args.configs {
             let m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
             println!(
                 "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}",
@@ -372,6 +392,7 @@ async fn one(
         .map(|((name, pid), c0)| (*name, cpu_seconds(*pid) - c0, peak_rss_mib(*pid)))
         .collect();
     let apiserver_cpu_s = apiserver.map_or(0.0, cpu_seconds) - api0;
+    verify_decisions(&csrs, config, n).await?;
     drop(nodeauth);
     drop(kcm);
     let q = |p: f64| nodeauth_testenv::fleet::quantile_f64(&outcome.latencies_s, p);
@@ -384,6 +405,70 @@ async fn one(
         controllers,
         apiserver_cpu_s,
     })
+}
+
+/// Every CSR of the run (the previous runs' were deleted) approved by the controller under test —
+/// KCM's `AutoApproved`, nodeauth's `NodeauthPolicyApproved` naming the expected policy, the
+/// floor's own — with a certificate, and none denied or failed: a run that timed well because
+/// the wrong component decided, or that left failures behind, fails the command.
+async fn verify_decisions(
+    csrs: &Api<CertificateSigningRequest>,
+    config: Config,
+    n: usize,
+) -> Result<()> {
+    let (reason, policy) = match config {
+        Config::NodeauthKcm => ("NodeauthPolicyApproved", Some("kcm")),
+        Config::NodeauthFull => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
+        Config::KcmDefault | Config::KcmTuned => ("AutoApproved", None),
+        Config::Floor => ("Floor", None),
+    };
+    let list = csrs
+        .list(&ListParams::default())
+        .await
+        .context("listing the run's CSRs")?;
+    let mut problems = vec![];
+    for csr in &list.items {
+        let name = csr.metadata.name.as_deref().unwrap_or("?");
+        let status = csr.status.as_ref();
+        let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+        let approved = conditions.iter().find(|c| c.type_ == "Approved");
+        let ok = conditions.len() == 1
+            && approved.is_some_and(|c| {
+                c.status == "True"
+                    && c.reason.as_deref() == Some(reason)
+                    && policy.is_none_or(|p| {
+                        c.message
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with(&format!("approved by policy {p}:")))
+                    })
+            })
+            && status.is_some_and(|s| s.certificate.is_some());
+        if !ok && problems.len() < 5 {
+            let seen: Vec<String> = conditions
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} {} ({})",
+                        c.type_,
+                        c.reason.as_deref().unwrap_or(""),
+                        c.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            problems.push(format!("{name}: {}", seen.join("; ")));
+        }
+    }
+    if list.items.len() != n || !problems.is_empty() {
+        bail!(
+            "{} N={n}: {} CSRs (want {n}), expected each approved with reason {reason}{}; \
+             not so: {}",
+            config.label(),
+            list.items.len(),
+            policy.map_or(String::new(), |p| format!(" by policy {p}")),
+            problems.join(" | ")
+        );
+    }
+    Ok(())
 }
 
 fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
