@@ -29,26 +29,6 @@ const TOKEN_TTL_SECONDS: u64 = 30;
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 
-/// Put before the documented policy (deploy/approver/policy.yaml): the first policy covering a
-/// request decides, so a bootstrap must carry TPM evidence; renewal and serving stay as
-/// documented (a node renews with the identity it proved).
-const TPM_BOOTSTRAP_POLICY: &str = "\
-# The demo's bootstrap policy: the documented one plus TPM attestation.
-name: tpm-bootstrap
-signers: [kubernetes.io/kube-apiserver-client-kubelet]
-requesters:
-  groups: [system:bootstrappers]
-onFailure: deny
-rules:
-- rule: csrProfile
-- rule: nodeMustNotExist
-- rule: supersededByNewer
-- rule: attestation
-  required: true
-  providers: [tpm]
----
-";
-
 struct Timeline {
     started: Instant,
     step: u32,
@@ -238,13 +218,8 @@ async fn demo(state: &Path) -> Result<()> {
         ek_ca.display()
     ));
     let policy = state.join("policy.yaml");
-    std::fs::write(
-        &policy,
-        format!(
-            "{TPM_BOOTSTRAP_POLICY}{}",
-            std::fs::read_to_string(manifests::deploy_dir().join("approver/policy.yaml"))?
-        ),
-    )?;
+    // The documented policy, with a bootstrap that must carry TPM evidence in front of it.
+    std::fs::write(&policy, nodeauth_testenv::tpm_then_documented_policy()?)?;
     let controllers: [(&str, Vec<String>); 4] = [
         ("bootstrap-signer", vec![]),
         ("token-cleaner", vec![]),

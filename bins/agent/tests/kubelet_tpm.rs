@@ -20,22 +20,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::wait::await_condition;
-use nodeauth_testenv::{KubeletOptions, manifests};
-
-/// Ahead of the documented policy: the first policy covering a request decides.
-const TPM_BOOTSTRAP: &str = "
-name: tpm-bootstrap
-signers: [kubernetes.io/kube-apiserver-client-kubelet]
-requesters: {groups: [system:bootstrappers]}
-onFailure: deny
-rules:
-- rule: csrProfile
-- rule: nodeMustNotExist
-- rule: attestation
-  required: true
-  providers: [tpm]
----
-";
+use nodeauth_testenv::KubeletOptions;
 
 fn ready(n: Option<&Node>) -> bool {
     n.and_then(|n| n.status.as_ref())
@@ -60,10 +45,8 @@ fn issued(csr: &CertificateSigningRequest) -> bool {
 
 #[tokio::test]
 async fn a_kubelet_on_the_tpm_attested_agent_stays_ready_across_rotations() {
-    let documented =
-        std::fs::read_to_string(manifests::deploy_dir().join("approver/policy.yaml")).unwrap();
     let env = TpmNodeauth::start(
-        &format!("{TPM_BOOTSTRAP}{documented}"),
+        &nodeauth_testenv::tpm_then_documented_policy().unwrap(),
         // Backdated 5 minutes, a one-minute certificate spans six: the agent (renewal point
         // at 90 %) renews it about 25 s after issuance.
         // Expired certificates' CSRs are kept, so the test sees the whole history.

@@ -12,19 +12,6 @@ use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use nodeauth_testenv::manifests;
 
-const POLICY: &str = "
-name: tpm-bootstrap
-signers: [kubernetes.io/kube-apiserver-client-kubelet]
-requesters: {groups: [system:bootstrappers]}
-onFailure: deny
-rules:
-- rule: csrProfile
-- rule: nodeMustNotExist
-- rule: attestation
-  required: true
-  providers: [tpm]
-";
-
 fn conditions(csr: &CertificateSigningRequest) -> Vec<(String, String, String)> {
     csr.status
         .iter()
@@ -55,7 +42,7 @@ fn join_args(node: &NodeDir, token: &str, attestation: &[String]) -> Vec<String>
 #[tokio::test]
 async fn a_tpm_attested_join_is_approved_and_an_insecure_one_is_denied() {
     // The only approver in this test binary's cluster: the TPM policy and endpoint.
-    let env = TpmNodeauth::start(POLICY, vec![]).await;
+    let env = TpmNodeauth::start(nodeauth_testenv::TPM_BOOTSTRAP_POLICY, vec![]).await;
     let (nodeauth, tpm, endpoint) = (&env.nodeauth, &env.tpm, &env.endpoint);
     ensure_cluster_info().await;
     // Only system:node-bootstrapper: nothing but our approver approves.

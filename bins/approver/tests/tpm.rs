@@ -39,23 +39,11 @@ fn post(port: u16, path: &str, body: &str) -> (u16, String) {
     (status, body)
 }
 
-const POLICY: &str = "
-name: tpm-bootstrap
-signers: [kubernetes.io/kube-apiserver-client-kubelet]
-requesters: {groups: [system:bootstrappers]}
-rules:
-- rule: csrProfile
-- rule: nodeMustNotExist
-- rule: attestation
-  required: true
-  providers: [tpm]
-";
-
 #[tokio::test]
 async fn a_tpm_attested_join_is_approved_and_insecure_or_replayed_ones_are_not() {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, nodeauth_testenv::TPM_BOOTSTRAP_POLICY).unwrap();
     let (issuer, root) = Swtpm::ek_ca_chain_pem().unwrap();
     let ek_ca = dir.path().join("ek-ca.pem");
     std::fs::write(&ek_ca, format!("{issuer}{root}")).unwrap();

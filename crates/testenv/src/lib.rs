@@ -50,7 +50,9 @@ pub use control_plane::{ControlPlane, Options, client_from_kubeconfig};
 pub use kcm::{Kcm, KcmOptions};
 pub use kubeconfig::Credential;
 pub use kubelet::{Kubelet, KubeletOptions};
-pub use nodeauth::{Nodeauth, NodeauthOptions, workspace_binary};
+pub use nodeauth::{
+    Nodeauth, NodeauthOptions, TPM_BOOTSTRAP_POLICY, tpm_then_documented_policy, workspace_binary,
+};
 pub use rbac::{bind_cluster_role_to_group, bind_kubeadm_node_bootstrap};
 pub use swtpm::Swtpm;
 

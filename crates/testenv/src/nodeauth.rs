@@ -34,6 +34,34 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf, Error> {
     }
 }
 
+/// A bootstrap policy requiring TPM attestation (`tpm-bootstrap`): the documented `bootstrap`
+/// policy's rules plus `attestation: {required: true, providers: [tpm]}`. One YAML document,
+/// ending in `---`, so it can go in front of deploy/approver/policy.yaml — the first policy
+/// covering a request decides, so renewal and serving stay as documented.
+pub const TPM_BOOTSTRAP_POLICY: &str = "\
+name: tpm-bootstrap
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters:
+  groups: [system:bootstrappers]
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+- rule: supersededByNewer
+- rule: attestation
+  required: true
+  providers: [tpm]
+---
+";
+
+/// [`TPM_BOOTSTRAP_POLICY`] followed by the documented policy (deploy/approver/policy.yaml).
+pub fn tpm_then_documented_policy() -> Result<String, Error> {
+    let path = manifests::deploy_dir().join("approver/policy.yaml");
+    let documented = std::fs::read_to_string(&path)
+        .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+    Ok(format!("{TPM_BOOTSTRAP_POLICY}{documented}"))
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct NodeauthOptions {
