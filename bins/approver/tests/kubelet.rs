@@ -142,6 +142,34 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
     let denied = denied.expect("the impostor's CSR denied");
     let d = decisions(&denied);
     assert!(d[0].2.contains("node.must_not_exist"), "{}", d[0].2);
+    // The reason also as a Warning Event about that CSR, whose name is the kubelet's own
+    // `node-csr-<base64url>` (not a valid Event name prefix: the publisher must cope).
+    let csr_name = denied.metadata.name.clone().unwrap();
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(admin.clone(), "default");
+    let mut event = None;
+    for _ in 0..100 {
+        event = events
+            .list(&ListParams::default().fields(&format!("regarding.name={csr_name}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Denied"));
+        if event.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let event = event.unwrap_or_else(|| panic!("no Denied Event about {csr_name}"));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert!(
+        event
+            .note
+            .unwrap_or_default()
+            .contains("node.must_not_exist"),
+        "the Event names the rule"
+    );
     assert!(
         !impostor
             .cert_dir()

@@ -24,6 +24,8 @@ const MAX_REASON_CHARS: usize = 128;
 #[derive(Clone)]
 pub struct EventPublisher {
     recorder: Recorder,
+    client: kube::Client,
+    reporter: Reporter,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -51,7 +53,9 @@ impl EventPublisher {
             instance: Some(instance.to_owned()),
         };
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder: Recorder::new(client.clone(), reporter.clone()),
+            client,
+            reporter,
         }
     }
 
@@ -121,14 +125,107 @@ impl EventPublisher {
         note: &str,
     ) -> Result<(), EventError> {
         let event = build_event(severity, reason, action, note)?;
-        self.recorder
-            .publish(&event, regarding)
+        let publish_err = |source| EventError::Publish {
+            reason: reason.to_owned(),
+            source,
+        };
+        let name = regarding.name.as_deref().unwrap_or_default();
+        if is_dns_subdomain(name) {
+            return self
+                .recorder
+                .publish(&event, regarding)
+                .await
+                .map_err(publish_err);
+        }
+        // kube's Recorder names an Event `<object name>.<nanos>`, which the API refuses for
+        // objects whose names are not DNS subdomains — such as the kubelet's
+        // `node-csr-<base64url>` CSRs (upper case, `_`). Those get a generated name instead
+        // (no folding of repeats into a series).
+        self.create_generated(&event, regarding)
             .await
-            .map_err(|source| EventError::Publish {
-                reason: reason.to_owned(),
-                source,
-            })
+            .map_err(publish_err)
     }
+
+    async fn create_generated(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let namespace = regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let object = K8sEvent {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!(
+                    "{}.",
+                    dns_safe(regarding.name.as_deref().unwrap_or_default())
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            regarding: Some(regarding.clone()),
+            related: event.secondary.clone(),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            type_: Some(
+                match event.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            ..Default::default()
+        };
+        kube::Api::<K8sEvent>::namespaced(self.client.clone(), &namespace)
+            .create(&kube::api::PostParams::default(), &object)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// A valid object name for most kinds (RFC 1123 subdomain: lower-case alphanumerics, `-` and
+/// `.`, starting and ending alphanumeric, at most 253 characters) — with room for the
+/// Recorder's `.<nanos>` suffix.
+fn is_dns_subdomain(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !name.is_empty()
+        && name.len() <= 253 - 17
+        && name.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+}
+
+/// `name` made into a DNS-subdomain prefix for `generateName` (lower-cased, other characters
+/// replaced by `-`, at most 200 characters, starting alphanumeric).
+fn dns_safe(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(200)
+        .collect();
+    if !out.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+        out.insert(0, 'x');
+    }
+    out
 }
 
 fn build_event(
@@ -172,6 +269,22 @@ fn truncate_note(note: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubelet_csr_names_get_a_generated_event_name() {
+        // The kubelet's deterministic CSR names are base64url: not valid Event name prefixes.
+        let csr = "node-csr-Njf14D51OjU-WxlktnxjBQDFxsy5_j3dX9ozZsYtKDM";
+        assert!(!is_dns_subdomain(csr));
+        assert_eq!(
+            dns_safe(csr),
+            "node-csr-njf14d51oju-wxlktnxjbqdfxsy5-j3dx9ozzsytkdm"
+        );
+        assert!(is_dns_subdomain(&dns_safe(csr)));
+        assert!(is_dns_subdomain("csr-abc.1"));
+        assert!(!is_dns_subdomain("-x"));
+        assert!(!is_dns_subdomain(""));
+        assert_eq!(dns_safe("_A"), "x-a");
+    }
 
     #[test]
     fn long_notes_are_cut_on_a_character_boundary() {
