@@ -121,6 +121,8 @@ struct Measured {
     /// Controller CPU seconds and peak RSS (MiB), per process: (name, cpu, rss).
     controllers: Vec<(&'static str, f64, f64)>,
     apiserver_cpu_s: f64,
+    /// nodeauth: reconciles that failed and were retried ("will retry" in the logs).
+    retries: Option<usize>,
 }
 
 impl Measured {
@@ -392,6 +394,18 @@ async fn one(
         .map(|((name, pid), c0)| (*name, cpu_seconds(*pid) - c0, peak_rss_mib(*pid)))
         .collect();
     let apiserver_cpu_s = apiserver.map_or(0.0, cpu_seconds) - api0;
+    let retries = nodeauth.as_ref().map(|na| {
+        [&na.approver, &na.signer]
+            .iter()
+            .map(|p| {
+                std::fs::read_to_string(p.log_path())
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("will retry"))
+                    .count()
+            })
+            .sum()
+    });
     verify_decisions(&csrs, config, n).await?;
     drop(nodeauth);
     drop(kcm);
@@ -404,6 +418,7 @@ async fn one(
         p99_s: q(0.99),
         controllers,
         apiserver_cpu_s,
+        retries,
     })
 }
 
@@ -534,13 +549,13 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
         let _ = writeln!(r);
         let _ = writeln!(
             r,
-            "| configuration | all issued | p50 | p99 | controller CPU-s | peak RSS | apiserver CPU-s | time ÷ floor |"
+            "| configuration | all issued | p50 | p99 | controller CPU-s | peak RSS | apiserver CPU-s | retried reconciles | time ÷ floor |"
         );
-        let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
         for m in &rows {
             let _ = writeln!(
                 r,
-                "| {} | {:.2} s | {:.2} s | {:.2} s | {} | {} | {:.1} | {} |",
+                "| {} | {:.2} s | {:.2} s | {:.2} s | {} | {} | {:.1} | {} | {} |",
                 m.config.label(),
                 m.total_s,
                 m.p50_s,
@@ -570,6 +585,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
                     format!("{v:.0} MiB")
                 }),
                 m.apiserver_cpu_s,
+                m.retries.map_or("—".into(), |n| n.to_string()),
                 floor.map_or("—".into(), |f| format!("{:.2}", m.total_s / f.total_s)),
             );
         }

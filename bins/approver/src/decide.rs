@@ -1,8 +1,7 @@
 //! One CSR: find the policy that covers it, look up what its rules read, evaluate, and write
 //! the decision exactly once.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::certificates::v1::{
@@ -42,7 +41,7 @@ pub struct Ctx {
     pub metrics: Metrics,
     pub reconciles: ReconcileMetrics,
     /// Consecutive failures per CSR name, for backoff.
-    pub failures: Mutex<HashMap<String, u32>>,
+    pub failures: nodeauth_runtime::PerObjectBackoff,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -77,9 +76,7 @@ pub async fn reconcile(
     let result = decide(&csr, &name, &ctx).await;
     match &result {
         Ok(_) => {
-            if let Ok(mut f) = ctx.failures.lock() {
-                f.remove(&name);
-            }
+            ctx.failures.succeeded(&name);
             timer.success();
         }
         Err(Error::Lookup { .. }) => timer.error("Lookup"),
@@ -370,17 +367,7 @@ pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<C
         tracing::debug!(csr = %name, "conflict; someone else wrote first, looking again");
         return Action::requeue(Duration::from_millis(200));
     }
-    let n = ctx
-        .failures
-        .lock()
-        .map(|mut f| {
-            let n = f.entry(name.clone()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        })
-        .unwrap_or(1)
-        .min(9);
-    let delay = Duration::from_millis(250 * (1u64 << n)).min(Duration::from_secs(120));
+    let delay = ctx.failures.failed(&name);
     tracing::warn!(csr = %name, error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
 }

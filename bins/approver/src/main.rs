@@ -215,7 +215,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             events,
             metrics: metrics.clone(),
             reconciles,
-            failures: Default::default(),
+            failures: nodeauth_runtime::PerObjectBackoff::new(
+                Duration::from_millis(250),
+                Duration::from_secs(120),
+            ),
         });
         tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
         let caches = inventory.ready();

@@ -17,7 +17,6 @@ mod cas;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -204,7 +203,7 @@ struct Ctx {
     metrics: SignerMetrics,
     reconciles: ReconcileMetrics,
     events: EventPublisher,
-    failures: AtomicU32,
+    failures: nodeauth_runtime::PerObjectBackoff,
 }
 
 fn threshold(d: Duration) -> Option<Duration> {
@@ -294,7 +293,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics,
         reconciles,
         events,
-        failures: AtomicU32::new(0),
+        failures: nodeauth_runtime::PerObjectBackoff::new(
+            Duration::from_millis(250),
+            Duration::from_secs(60),
+        ),
     });
     let (interval, bundle_ns) = (cli.ca_check_interval, cli.bundle_namespace.clone());
     rt.run(move |stop: CancellationToken| async move {
@@ -495,10 +497,12 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
     {
         let result = sign(&csr, slot, &ctx).await;
         match &result {
-            Ok(_) => timer.success(),
+            Ok(_) => {
+                ctx.failures.succeeded(&csr.name_any());
+                timer.success();
+            }
             Err(_) => timer.error("SignFailed"),
         }
-        ctx.failures.store(0, Ordering::Relaxed);
         // The status write comes back through the watch; collection is planned then.
         return result;
     }
@@ -654,10 +658,10 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
     Ok(Action::await_change())
 }
 
-fn error_policy(_csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    let n = ctx.failures.fetch_add(1, Ordering::Relaxed).min(8);
-    let delay = Duration::from_millis(250 * (1u64 << n)).min(Duration::from_secs(60));
-    tracing::warn!(error = %err, retry_in = ?delay, "will retry");
+fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    let name = csr.name_any();
+    let delay = ctx.failures.failed(&name);
+    tracing::warn!(csr = %name, error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
 }
 

@@ -65,6 +65,7 @@
 #![warn(missing_docs)]
 
 mod args;
+mod backoff;
 mod client;
 mod error;
 mod events;
@@ -77,6 +78,7 @@ mod server;
 mod shutdown;
 
 pub use args::{BindAddress, ControllerArgs, LogFormat, parse_duration};
+pub use backoff::PerObjectBackoff;
 pub use client::kube_client;
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
