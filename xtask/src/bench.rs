@@ -92,17 +92,23 @@ fn all() -> Result<ExitCode> {
         out: dir.join("micro.md"),
     })?;
     crate::storm::run(&crate::storm::StormArgs::full(dir.join("storm.md")))?;
-    crate::kubelets::run(&crate::kubelets::KubeletsArgs::full(dir.join("kubelets.md")))?;
+    crate::kubelets::run(&crate::kubelets::KubeletsArgs::full(
+        dir.join("kubelets.md"),
+    ))?;
     let mut report = String::new();
     for part in ["storm.md", "kubelets.md", "micro.md"] {
-        let text = std::fs::read_to_string(dir.join(part))
-            .with_context(|| format!("reading {part}"))?;
+        let text =
+            std::fs::read_to_string(dir.join(part)).with_context(|| format!("reading {part}"))?;
         report.push_str(&text);
         report.push_str("\n\n");
     }
     let out = dir.join("report.md");
     std::fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
-    println!("\nreport: {} (bench all took {:.0?})", out.display(), started.elapsed());
+    println!(
+        "\nreport: {} (bench all took {:.0?})",
+        out.display(),
+        started.elapsed()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

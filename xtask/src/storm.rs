@@ -394,6 +394,24 @@ async fn one(
         .map(|((name, pid), c0)| (*name, cpu_seconds(*pid) - c0, peak_rss_mib(*pid)))
         .collect();
     let apiserver_cpu_s = apiserver.map_or(0.0, cpu_seconds) - api0;
+    if let Some(na) = &nodeauth {
+        // Anything the controllers found worth a warning, for whoever reads the run.
+        for p in [&na.approver, &na.signer] {
+            let text = std::fs::read_to_string(p.log_path()).unwrap_or_default();
+            let warnings: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains("\"WARN\"") || l.contains("\"ERROR\""))
+                .collect();
+            if !warnings.is_empty() {
+                println!(
+                    "    {}: {} warnings, e.g. {}",
+                    p.log_path().display(),
+                    warnings.len(),
+                    warnings.first().copied().unwrap_or_default()
+                );
+            }
+        }
+    }
     let retries = nodeauth.as_ref().map(|na| {
         [&na.approver, &na.signer]
             .iter()

@@ -162,6 +162,10 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let event = event.unwrap_or_else(|| panic!("no Denied Event about {csr_name}"));
+    assert_eq!(
+        event.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some(csr_name.as_str())
+    );
     assert_eq!(event.type_.as_deref(), Some("Warning"));
     assert!(
         event

@@ -159,8 +159,9 @@ impl EventPublisher {
             .unwrap_or_else(|| "default".to_owned());
         let object = K8sEvent {
             metadata: kube::api::ObjectMeta {
+                // A prefix may end in one `-` (the API masks a trailing dash), not in `.`.
                 generate_name: Some(format!(
-                    "{}.",
+                    "{}-",
                     dns_safe(regarding.name.as_deref().unwrap_or_default())
                 )),
                 namespace: Some(namespace.clone()),
@@ -207,8 +208,8 @@ fn is_dns_subdomain(name: &str) -> bool {
         && name.ends_with(alnum)
 }
 
-/// `name` made into a DNS-subdomain prefix for `generateName` (lower-cased, other characters
-/// replaced by `-`, at most 200 characters, starting alphanumeric).
+/// `name` made into a DNS subdomain for a `generateName` prefix (lower-cased, other characters
+/// replaced by `-`, at most 200 characters, starting and ending alphanumeric).
 fn dns_safe(name: &str) -> String {
     let mut out: String = name
         .chars()
@@ -222,8 +223,12 @@ fn dns_safe(name: &str) -> String {
         })
         .take(200)
         .collect();
-    if !out.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit()) {
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    if !out.starts_with(alnum) {
         out.insert(0, 'x');
+    }
+    while out.ends_with(|c: char| !alnum(c)) {
+        out.pop();
     }
     out
 }
@@ -284,6 +289,8 @@ mod tests {
         assert!(!is_dns_subdomain("-x"));
         assert!(!is_dns_subdomain(""));
         assert_eq!(dns_safe("_A"), "x-a");
+        assert_eq!(dns_safe("a_B_"), "a-b");
+        assert!(is_dns_subdomain(&dns_safe("__")));
     }
 
     #[test]
