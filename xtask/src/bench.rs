@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
@@ -340,6 +340,61 @@ fn table(
         row(op, ours.get(op), None);
     }
     t
+}
+
+/// Builds `cargo build <args>` in release (or the dev profile when `quick`) and returns the
+/// directory of the binaries.
+pub(crate) fn build_for_bench(args: &[&str], quick: bool) -> Result<PathBuf> {
+    let profile = if quick { "debug" } else { "release" };
+    println!("==> cargo build {} ({profile})", args.join(" "));
+    let mut b = cargo();
+    b.arg("build").arg("--quiet").args(args);
+    if !quick {
+        b.arg("--release");
+    }
+    status(b, "cargo build")?;
+    Ok(crate::target_dir().join(profile))
+}
+
+/// A fresh etcd + kube-apiserver for one benchmark, in a temporary directory (removed by
+/// [`finish_report`]).
+pub(crate) fn bench_control_plane(name: &str) -> Result<(nodeauth_testenv::ControlPlane, PathBuf)> {
+    let dir = std::env::temp_dir().join(nodeauth_testenv::unique_name(name));
+    println!("==> starting etcd + kube-apiserver in {}", dir.display());
+    let cp = nodeauth_testenv::ControlPlane::start(&nodeauth_testenv::Options {
+        dir: dir.clone(),
+        lifetime: nodeauth_testenv::process::Lifetime::TiedToProcess,
+        apiserver_port: None,
+    })?;
+    Ok((cp, dir))
+}
+
+/// Prints `report`, writes it to `out` (relative to the workspace), stops the control plane
+/// and removes its directory.
+pub(crate) fn finish_report(
+    report: &str,
+    out: &Path,
+    cp: &nodeauth_testenv::ControlPlane,
+    dir: &Path,
+    what: &str,
+    started: Instant,
+) -> Result<()> {
+    println!();
+    print!("{report}");
+    let out = if out.is_absolute() {
+        out.to_owned()
+    } else {
+        workspace_root().join(out)
+    };
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    std::fs::write(&out, report).with_context(|| format!("writing {}", out.display()))?;
+    println!("\nreport: {}", out.display());
+    cp.stop();
+    let _ = std::fs::remove_dir_all(dir);
+    println!("{what} took {:.0?}", started.elapsed());
+    Ok(())
 }
 
 /// "AMD EPYC ... (2 cores)": the machine a report was measured on.

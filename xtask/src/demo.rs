@@ -87,12 +87,6 @@ async fn waiting<T>(
     }
 }
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::workspace_root().join("target"))
-}
-
 fn build_binaries() -> Result<PathBuf> {
     let status = crate::cargo()
         .args([
@@ -119,7 +113,7 @@ fn build_binaries() -> Result<PathBuf> {
     if !status.success() {
         bail!("building nodeauth's binaries failed ({status})");
     }
-    Ok(target_dir().join("debug"))
+    Ok(crate::target_dir().join("debug"))
 }
 
 /// Runs `kubectl-nodeauth` with the admin kubeconfig (and a token, through the environment so

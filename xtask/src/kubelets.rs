@@ -15,13 +15,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use nodeauth_testenv::fleet::{self, Decided, FleetOptions, FleetReport, WaitForServing};
-use nodeauth_testenv::process::Lifetime;
 use nodeauth_testenv::{
-    ControlPlane, Credential, KcmOptions, NodeauthOptions, Options, bind_cluster_role_to_group,
+    ControlPlane, Credential, KcmOptions, NodeauthOptions, bind_cluster_role_to_group,
     bind_kubeadm_node_bootstrap, create_bootstrap_token,
 };
-
-use crate::{cargo, workspace_root};
 
 /// Options of `cargo xtask bench kubelets`.
 #[derive(Debug, Args)]
@@ -57,26 +54,8 @@ struct Run {
 pub fn run(args: &KubeletsArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let nodes = if args.quick { 3 } else { args.nodes.max(1) };
-    let profile = if args.quick { "debug" } else { "release" };
-    println!("==> building approver and signer ({profile})");
-    let mut b = cargo();
-    b.args(["build", "--quiet", "-p", "approver", "-p", "signer"]);
-    if !args.quick {
-        b.arg("--release");
-    }
-    let status = b.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("building the controllers failed ({status})");
-    }
-    let bin_dir = target_dir().join(profile);
-
-    let dir = std::env::temp_dir().join(nodeauth_testenv::unique_name("bench-kubelets"));
-    println!("==> starting etcd + kube-apiserver in {}", dir.display());
-    let cp = ControlPlane::start(&Options {
-        dir: dir.clone(),
-        lifetime: Lifetime::TiedToProcess,
-        apiserver_port: None,
-    })?;
+    let bin_dir = crate::bench::build_for_bench(&["-p", "approver", "-p", "signer"], args.quick)?;
+    let (cp, dir) = crate::bench::bench_control_plane("bench-kubelets")?;
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
     let runs = rt.block_on(async {
         let mut runs = vec![];
@@ -85,33 +64,19 @@ pub fn run(args: &KubeletsArgs) -> Result<ExitCode> {
         anyhow::Ok(runs)
     })?;
     let table = table(&runs, nodes);
-    println!();
-    print!("{table}");
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        workspace_root().join(&args.out)
-    };
-    if let Some(d) = out.parent() {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    std::fs::write(&out, report(&table, args, nodes)?)
-        .with_context(|| format!("writing {}", out.display()))?;
-    println!("\nreport: {}", out.display());
-    cp.stop();
-    let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "bench kubelets{} took {:.0?}",
-        if args.quick { " --quick" } else { "" },
-        started.elapsed()
-    );
+    crate::bench::finish_report(
+        &report(&table, args, nodes)?,
+        &args.out,
+        &cp,
+        &dir,
+        if args.quick {
+            "bench kubelets --quick"
+        } else {
+            "bench kubelets"
+        },
+        started,
+    )?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// A token in a group of its own that may create CSRs (and nodes their renewal and serving

@@ -150,6 +150,13 @@ pub(crate) fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Cargo's target directory (`CARGO_TARGET_DIR`, else `target/` in the workspace).
+pub(crate) fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 /// Where `cluster up` keeps its state: `target/nodeauth-cluster/` in the workspace.
 pub(crate) fn cluster_state_dir() -> PathBuf {
     workspace_root().join("target/nodeauth-cluster")

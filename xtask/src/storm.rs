@@ -24,13 +24,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DeleteParams, ListParams};
-use nodeauth_testenv::process::Lifetime;
 use nodeauth_testenv::{
-    ControlPlane, KcmOptions, NodeauthOptions, Options, bind_kubeadm_node_bootstrap,
-    create_bootstrap_token,
+    ControlPlane, KcmOptions, NodeauthOptions, bind_kubeadm_node_bootstrap, create_bootstrap_token,
 };
 
-use crate::{cargo, workspace_root};
+use crate::workspace_root;
 
 /// Options of `cargo xtask bench storm`.
 #[derive(Debug, Args)]
@@ -141,41 +139,24 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
     } else {
         args.nodes.clone()
     };
-    let profile = if args.quick { "debug" } else { "release" };
-    println!("==> building approver, signer and the storm driver ({profile})");
-    let mut b = cargo();
-    b.args([
-        "build",
-        "--quiet",
-        "-p",
-        "approver",
-        "-p",
-        "signer",
-        "-p",
-        "nodeauth-benches",
-        "--bin",
-        "storm",
-        "--bin",
-        "approver",
-        "--bin",
-        "signer",
-    ]);
-    if !args.quick {
-        b.arg("--release");
-    }
-    let status = b.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("building failed ({status})");
-    }
-    let bin_dir = target_dir().join(profile);
-
-    let dir = std::env::temp_dir().join(nodeauth_testenv::unique_name("bench-storm"));
-    println!("==> starting etcd + kube-apiserver in {}", dir.display());
-    let cp = ControlPlane::start(&Options {
-        dir: dir.clone(),
-        lifetime: Lifetime::TiedToProcess,
-        apiserver_port: None,
-    })?;
+    let bin_dir = crate::bench::build_for_bench(
+        &[
+            "-p",
+            "approver",
+            "-p",
+            "signer",
+            "-p",
+            "nodeauth-benches",
+            "--bin",
+            "storm",
+            "--bin",
+            "approver",
+            "--bin",
+            "signer",
+        ],
+        args.quick,
+    )?;
+    let (cp, dir) = crate::bench::bench_control_plane("bench-storm")?;
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
     let group = "system:bootstrappers:storm";
     let token = rt.block_on(async {
@@ -205,33 +186,19 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
             results.push(m);
         }
     }
-    let report = report(&results, &counts, args);
-    println!();
-    print!("{report}");
-    let out = if args.out.is_absolute() {
-        args.out.clone()
-    } else {
-        workspace_root().join(&args.out)
-    };
-    if let Some(d) = out.parent() {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    std::fs::write(&out, &report).with_context(|| format!("writing {}", out.display()))?;
-    println!("\nreport: {}", out.display());
-    cp.stop();
-    let _ = std::fs::remove_dir_all(&dir);
-    println!(
-        "bench storm{} took {:.0?}",
-        if args.quick { " --quick" } else { "" },
-        started.elapsed()
-    );
+    crate::bench::finish_report(
+        &report(&results, &counts, args),
+        &args.out,
+        &cp,
+        &dir,
+        if args.quick {
+            "bench storm --quick"
+        } else {
+            "bench storm"
+        },
+        started,
+    )?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// utime + stime of `pid`, in seconds.

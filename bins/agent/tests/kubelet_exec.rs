@@ -5,19 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::Api;
-use kube::runtime::wait::await_condition;
-use nodeauth_testenv::KubeletOptions;
-
-fn ready(n: Option<&Node>) -> bool {
-    n.and_then(|n| n.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 #[tokio::test]
 async fn an_unmodified_kubelet_runs_on_the_agent_as_its_credential_plugin() {
@@ -26,31 +14,7 @@ async fn an_unmodified_kubelet_runs_on_the_agent_as_its_credential_plugin() {
     let node = NodeDir::new();
     node.write_token_bootstrap(&token);
     let exec = std::fs::read_to_string(node.write_exec_kubeconfig()).unwrap();
-    let mut kubelet = cp()
-        .start_kubelet(&KubeletOptions {
-            node_name: node.name.clone(),
-            bootstrap_kubeconfig: None,
-            kubeconfig: Some(exec),
-            rotate_certificates: false,
-            server_tls_bootstrap: false,
-            extra_args: vec![],
-        })
-        .expect("kubelet");
-    let admin = cp().admin_client().await.unwrap();
-    let nodes: Api<Node> = Api::all(admin);
-    if tokio::time::timeout(
-        Duration::from_secs(120),
-        await_condition(nodes.clone(), &node.name, ready),
-    )
-    .await
-    .is_err()
-    {
-        panic!(
-            "node {} not Ready; kubelet log:\n{}",
-            node.name,
-            kubelet.process_mut().log_tail(40)
-        );
-    }
+    let _kubelet = start_exec_kubelet(&node, exec, String::new).await;
     // The identity came from the agent's store, through one CSR approved by nodeauth's
     // bootstrap policy.
     assert!(node.current().exists(), "the agent stored the pair");

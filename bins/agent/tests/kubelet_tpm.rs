@@ -19,14 +19,6 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
-use kube::runtime::wait::await_condition;
-use nodeauth_testenv::KubeletOptions;
-
-fn ready(n: Option<&Node>) -> bool {
-    n.and_then(|n| n.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
 
 fn approved_message(csr: &CertificateSigningRequest) -> Option<String> {
     csr.status
@@ -71,32 +63,12 @@ async fn a_kubelet_on_the_tpm_attested_agent_stays_ready_across_rotations() {
         agent_bin().to_str().unwrap(),
         &args,
     );
-    let mut kubelet = cp()
-        .start_kubelet(&KubeletOptions {
-            node_name: node.name.clone(),
-            bootstrap_kubeconfig: None,
-            kubeconfig: Some(exec.to_string()),
-            rotate_certificates: false,
-            server_tls_bootstrap: false,
-            extra_args: vec![],
-        })
-        .expect("kubelet");
+    let mut kubelet = start_exec_kubelet(&node, exec.to_string(), || {
+        format!("approver:\n{}", env.nodeauth.approver.log_tail(20))
+    })
+    .await;
     let admin = cp().admin_client().await.unwrap();
     let nodes: Api<Node> = Api::all(admin.clone());
-    if tokio::time::timeout(
-        Duration::from_secs(120),
-        await_condition(nodes.clone(), &node.name, ready),
-    )
-    .await
-    .is_err()
-    {
-        panic!(
-            "node {} not Ready; kubelet log:\n{}\napprover:\n{}",
-            node.name,
-            kubelet.process_mut().log_tail(40),
-            env.nodeauth.approver.log_tail(20)
-        );
-    }
 
     // Three issued certificates for the node: the bootstrap and two renewals by the agent,
     // each started by the kubelet calling its credential plugin again.
@@ -183,7 +155,7 @@ async fn a_kubelet_on_the_tpm_attested_agent_stays_ready_across_rotations() {
         "the kubelet stopped renewing its Lease:\n{}",
         kubelet.process_mut().log_tail(30)
     );
-    assert!(ready(Some(&nodes.get(&node.name).await.unwrap())));
+    assert!(node_ready(Some(&nodes.get(&node.name).await.unwrap())));
     let (user, _) = whoami_with_current(&node).await;
     assert_eq!(user, node_user);
 }

@@ -342,3 +342,47 @@ impl TpmNodeauth {
         ]
     }
 }
+
+/// Whether a Node has Ready=True.
+pub fn node_ready(n: Option<&k8s_openapi::api::core::v1::Node>) -> bool {
+    n.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Starts an unmodified kubelet for `node` whose kubeconfig (`kubeconfig`, YAML) runs the agent
+/// as its exec credential plugin — no bootstrap kubeconfig, `rotateCertificates: false` — and
+/// waits until its Node is Ready; on timeout panics with the kubelet's log and `context()`.
+pub async fn start_exec_kubelet(
+    node: &NodeDir,
+    kubeconfig: String,
+    context: impl FnOnce() -> String,
+) -> nodeauth_testenv::Kubelet {
+    let mut kubelet = cp()
+        .start_kubelet(&nodeauth_testenv::KubeletOptions {
+            node_name: node.name.clone(),
+            bootstrap_kubeconfig: None,
+            kubeconfig: Some(kubeconfig),
+            rotate_certificates: false,
+            server_tls_bootstrap: false,
+            extra_args: vec![],
+        })
+        .expect("kubelet");
+    let admin = cp().admin_client().await.unwrap();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(admin);
+    if tokio::time::timeout(
+        Duration::from_secs(120),
+        await_condition(nodes, &node.name, node_ready),
+    )
+    .await
+    .is_err()
+    {
+        panic!(
+            "node {} not Ready; kubelet log:\n{}\n{}",
+            node.name,
+            kubelet.process_mut().log_tail(40),
+            context()
+        );
+    }
+    kubelet
+}
