@@ -5,6 +5,7 @@
 //! 1. `nodeauth kcm preset`: nodeauth's approver (`--preset kcm`) + signer;
 //! 2. `nodeauth full policy`: the approver with benches/storm-policy.yaml (inventory, SAR,
 //!    key algorithm, SAN count, dedup, `insecure` attestation) + signer;
+//! 2b. `nodeauth full policy, --events=warnings`: the same publishing Warning Events only;
 //! 3. `KCM defaults`: upstream kube-controller-manager's csrapproving + csrsigning;
 //! 4. `KCM tuned`: the same with `--kube-api-qps`/`--kube-api-burst` raised (kube-rs, which
 //!    nodeauth's controllers use, has no client-side rate limit);
@@ -46,12 +47,12 @@ pub struct StormArgs {
     /// numbers claimed).
     #[arg(long)]
     quick: bool,
-    /// Configurations to run, comma-separated, in this order (default: all five).
+    /// Configurations to run, comma-separated, in this order (default: all six).
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "nodeauth-kcm,nodeauth-full,kcm-default,kcm-tuned,floor"
+        default_value = "nodeauth-kcm,nodeauth-full,nodeauth-full-warnings,kcm-default,kcm-tuned,floor"
     )]
     configs: Vec<Config>,
     /// Where to write the Markdown report.
@@ -70,6 +71,7 @@ impl StormArgs {
             configs: vec![
                 Config::NodeauthKcm,
                 Config::NodeauthFull,
+                Config::NodeauthFullWarnings,
                 Config::KcmDefault,
                 Config::KcmTuned,
                 Config::Floor,
@@ -83,6 +85,8 @@ impl StormArgs {
 enum Config {
     NodeauthKcm,
     NodeauthFull,
+    /// The full policy with `--events=warnings` on both controllers.
+    NodeauthFullWarnings,
     KcmDefault,
     KcmTuned,
     Floor,
@@ -93,6 +97,7 @@ impl Config {
         match self {
             Config::NodeauthKcm => "nodeauth, kcm preset",
             Config::NodeauthFull => "nodeauth, full policy",
+            Config::NodeauthFullWarnings => "nodeauth, full policy, --events=warnings",
             Config::KcmDefault => "KCM defaults",
             Config::KcmTuned => "KCM tuned",
             Config::Floor => "floor (no controller)",
@@ -250,7 +255,7 @@ async fn one(
     let mut kcm = None;
     let policy = workspace_root().join("benches/storm-policy.yaml");
     match config {
-        Config::NodeauthKcm | Config::NodeauthFull => {
+        Config::NodeauthKcm | Config::NodeauthFull | Config::NodeauthFullWarnings => {
             let (policy, approver_args) = if config == Config::NodeauthKcm {
                 // The harness always passes --policy: one covering no signer in use, so the
                 // preset decides every storm CSR.
@@ -267,11 +272,16 @@ async fn one(
                     vec!["--attestation-provider=insecure".to_owned()],
                 )
             };
+            let (mut approver_args, mut signer_args) = (approver_args, vec![]);
+            if config == Config::NodeauthFullWarnings {
+                approver_args.push("--events=warnings".to_owned());
+                signer_args.push("--events=warnings".to_owned());
+            }
             let na = cp
                 .start_nodeauth(&NodeauthOptions {
                     policy,
                     approver_args,
-                    signer_args: vec![],
+                    signer_args,
                     bootstrap_signer: false,
                     bin_dir: Some(bin_dir.to_owned()),
                 })
@@ -300,7 +310,7 @@ async fn one(
     let api0 = apiserver.map_or(0.0, cpu_seconds);
 
     let mode = match config {
-        Config::NodeauthFull => "insecure",
+        Config::NodeauthFull | Config::NodeauthFullWarnings => "insecure",
         Config::Floor => "floor",
         _ => "plain",
     };
@@ -309,6 +319,7 @@ async fn one(
         match config {
             Config::NodeauthKcm => "nk",
             Config::NodeauthFull => "nf",
+            Config::NodeauthFullWarnings => "nw",
             Config::KcmDefault => "kd",
             Config::KcmTuned => "kt",
             Config::Floor => "fl",
@@ -418,7 +429,9 @@ async fn verify_decisions(
 ) -> Result<()> {
     let (reason, policy) = match config {
         Config::NodeauthKcm => ("NodeauthPolicyApproved", Some("kcm")),
-        Config::NodeauthFull => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
+        Config::NodeauthFull | Config::NodeauthFullWarnings => {
+            ("NodeauthPolicyApproved", Some("storm-bootstrap"))
+        }
         Config::KcmDefault | Config::KcmTuned => ("AutoApproved", None),
         Config::Floor => ("Floor", None),
     };

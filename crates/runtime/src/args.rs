@@ -76,6 +76,13 @@ pub struct ControllerArgs {
     #[arg(long, env = "NODEAUTH_WORKERS", value_name = "N", default_value_t = 64)]
     pub workers: u16,
 
+    /// Which Events to publish: `all` (every decision and action, `Normal` and `Warning`), or
+    /// `warnings` only (refusals and failures — what needs a person). The CSR's own conditions
+    /// and status record every decision either way; at join-storm scale the routine Events are
+    /// two more API writes per node (`cargo xtask bench storm` measures both).
+    #[arg(long, env = "NODEAUTH_EVENTS", value_enum, default_value_t = EventsMode::All)]
+    pub events: EventsMode,
+
     /// Run the controller only while holding a coordination.k8s.io/v1 Lease.
     ///
     /// Keep it on whenever more than one replica may run (Deployments with surge, rollouts),
@@ -207,6 +214,15 @@ impl ControllerArgs {
     }
 }
 
+/// Which Events a controller publishes (`--events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventsMode {
+    /// `Normal` and `Warning` Events.
+    All,
+    /// `Warning` Events only.
+    Warnings,
+}
+
 /// A log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
@@ -289,6 +305,11 @@ mod tests {
     #[test]
     fn defaults() {
         let a = parse(&[]).unwrap();
+        assert_eq!(a.events, EventsMode::All);
+        assert_eq!(
+            parse(&["--events=warnings"]).unwrap().events,
+            EventsMode::Warnings
+        );
         assert_eq!(a.log_format, LogFormat::Text);
         assert_eq!(a.log_level, "info");
         assert!(a.leader_elect);

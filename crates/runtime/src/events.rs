@@ -26,6 +26,7 @@ pub struct EventPublisher {
     recorder: Recorder,
     client: kube::Client,
     reporter: Reporter,
+    warnings_only: bool,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -56,7 +57,15 @@ impl EventPublisher {
             recorder: Recorder::new(client.clone(), reporter.clone()),
             client,
             reporter,
+            warnings_only: false,
         }
+    }
+
+    /// Publish only `Warning` Events; `Normal` ones are dropped (`--events=warnings`).
+    #[must_use]
+    pub fn warnings_only(mut self, yes: bool) -> Self {
+        self.warnings_only = yes;
+        self
     }
 
     /// Publishes a `Normal` Event about `object`. See [`EventPublisher::publish`].
@@ -125,6 +134,9 @@ impl EventPublisher {
         note: &str,
     ) -> Result<(), EventError> {
         let event = build_event(severity, reason, action, note)?;
+        if self.warnings_only && severity == Severity::Normal {
+            return Ok(());
+        }
         let publish_err = |source| EventError::Publish {
             reason: reason.to_owned(),
             source,

@@ -77,7 +77,7 @@ mod runtime;
 mod server;
 mod shutdown;
 
-pub use args::{BindAddress, ControllerArgs, LogFormat, parse_duration};
+pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
 pub use client::kube_client;
 pub use error::{

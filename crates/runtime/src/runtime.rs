@@ -30,6 +30,7 @@ pub struct ControllerRuntime {
     leader_elect: bool,
     shutdown_timeout: Duration,
     leader_status: LeaderStatus,
+    events: crate::args::EventsMode,
 }
 
 impl std::fmt::Debug for ControllerRuntime {
@@ -86,6 +87,7 @@ impl ControllerRuntime {
             leader_elect: args.leader_elect,
             shutdown_timeout: args.shutdown_timeout,
             leader_status: LeaderStatus::default(),
+            events: args.events,
         }
     }
 
@@ -139,6 +141,7 @@ impl ControllerRuntime {
             &format!("nodeauth-{}", self.name),
             &self.election.identity,
         )
+        .warnings_only(self.events == crate::args::EventsMode::Warnings)
     }
 
     /// Whether this replica leads right now. Always `true` with `--leader-elect=false` once
