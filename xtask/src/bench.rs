@@ -80,6 +80,17 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
     }
 }
 
+/// `bench micro --quick`, writing to `out`.
+pub(crate) fn quick_micro(out: PathBuf) -> Result<ExitCode> {
+    micro(&MicroArgs {
+        quick: true,
+        filter: String::new(),
+        rounds: 1,
+        aws_lc: false,
+        out,
+    })
+}
+
 /// `bench all`: each benchmark with its defaults, then their reports in one file.
 fn all() -> Result<ExitCode> {
     let started = Instant::now();

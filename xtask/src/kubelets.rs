@@ -35,6 +35,14 @@ pub struct KubeletsArgs {
 }
 
 impl KubeletsArgs {
+    /// `--quick`, writing to `out`.
+    pub fn quick(out: PathBuf) -> Self {
+        Self {
+            quick: true,
+            ..Self::full(out)
+        }
+    }
+
     /// The defaults: 20 kubelets, writing to `out`.
     pub fn full(out: PathBuf) -> Self {
         Self {

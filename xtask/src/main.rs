@@ -377,15 +377,15 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
 /// numbers are claimed), writing to target/bench-report/quick/ so a real report is not replaced.
 /// The criterion benchmarks ran once already, in test mode, with `cargo test --all-targets`.
 fn bench_smoke() -> Result<()> {
-    let xtask = std::env::current_exe().context("locating the xtask binary")?;
+    // In this process: `cargo test --workspace` has just rebuilt target/debug/xtask, so the
+    // running binary's path no longer names it.
     let quick = workspace_root().join("target/bench-report/quick");
-    for bench in ["micro", "kubelets", "storm"] {
-        let mut c = Command::new(&xtask);
-        c.current_dir(workspace_root())
-            .args(["bench", bench, "--quick", "--out"])
-            .arg(quick.join(format!("{bench}.md")));
-        run_step(&format!("cargo xtask bench {bench} --quick"), c)?;
-    }
+    println!("==> cargo xtask bench micro --quick");
+    bench::quick_micro(quick.join("micro.md"))?;
+    println!("==> cargo xtask bench kubelets --quick");
+    kubelets::run(&kubelets::KubeletsArgs::quick(quick.join("kubelets.md")))?;
+    println!("==> cargo xtask bench storm --quick");
+    storm::run(&storm::StormArgs::quick(quick.join("storm.md")))?;
     Ok(())
 }
 

@@ -5,11 +5,11 @@
 //! 1. `nodeauth kcm preset`: nodeauth's approver (`--preset kcm`) + signer;
 //! 2. `nodeauth full policy`: the approver with benches/storm-policy.yaml (inventory, SAR,
 //!    key algorithm, SAN count, dedup, `insecure` attestation) + signer;
-//! 2b. `nodeauth full policy, --events=warnings`: the same publishing Warning Events only;
-//! 3. `KCM defaults`: upstream kube-controller-manager's csrapproving + csrsigning;
-//! 4. `KCM tuned`: the same with `--kube-api-qps`/`--kube-api-burst` raised (kube-rs, which
+//! 3. `nodeauth full policy, --events=warnings`: the same, publishing Warning Events only;
+//! 4. `KCM defaults`: upstream kube-controller-manager's csrapproving + csrsigning;
+//! 5. `KCM tuned`: the same with `--kube-api-qps`/`--kube-api-burst` raised (kube-rs, which
 //!    nodeauth's controllers use, has no client-side rate limit);
-//! 5. `floor`: no controller; the driver approves and issues each CSR the moment it appears.
+//! 6. `floor`: no controller; the driver approves and issues each CSR the moment it appears.
 //!
 //! Reported per N: time until all N are issued, per-node p50/p99 (create → certificate seen),
 //! the controllers' CPU seconds (utime + stime over the run, from /proc) and peak RSS (VmHWM),
@@ -61,6 +61,14 @@ pub struct StormArgs {
 }
 
 impl StormArgs {
+    /// `--quick`, writing to `out`.
+    pub fn quick(out: PathBuf) -> Self {
+        Self {
+            quick: true,
+            ..Self::full(out)
+        }
+    }
+
     /// The defaults: N = 100 and 1000, every configuration, writing to `out`.
     pub fn full(out: PathBuf) -> Self {
         Self {
