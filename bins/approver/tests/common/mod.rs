@@ -113,17 +113,22 @@ pub async fn bootstrap_token() -> String {
     nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
         .await
         .unwrap();
+    nodes_may_create_csrs(&admin).await;
+    nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+        .await
+        .unwrap()
+}
+
+/// Nodes (`system:nodes`) may create CSRs, as kubeadm lets kubelets.
+async fn nodes_may_create_csrs(admin: &kube::Client) {
     nodeauth_testenv::bind_cluster_role_to_group(
-        &admin,
+        admin,
         "nodeauth-test-nodes-create-csrs",
         "system:node-bootstrapper",
         "system:nodes",
     )
     .await
     .unwrap();
-    nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap()
 }
 
 /// A client authenticated with a fresh [`bootstrap_token`].
@@ -136,14 +141,7 @@ pub async fn bootstrap_client() -> kube::Client {
 /// A client for `system:node:<name>` that may create CSRs (kubelets may: kubeadm binds them).
 pub async fn node_client(name: &str) -> kube::Client {
     let admin = cp().admin_client().await.unwrap();
-    nodeauth_testenv::bind_cluster_role_to_group(
-        &admin,
-        "nodeauth-test-nodes-create-csrs",
-        "system:node-bootstrapper",
-        "system:nodes",
-    )
-    .await
-    .unwrap();
+    nodes_may_create_csrs(&admin).await;
     cp().node_client(name).await.unwrap()
 }
 
