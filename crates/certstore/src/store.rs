@@ -3,7 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -11,6 +11,7 @@ use std::time::SystemTime;
 use nodeauth_csr::CsrSigningKey;
 
 use crate::pair::{Pair, PairError, parse_private_key};
+use crate::trust::{self, DirProblem, FileProblem, KeyFile, LinkProblem};
 
 /// Which pair a store holds: the kubelet's client or serving certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -90,6 +91,33 @@ pub enum StoreError {
     /// A key could not be generated or encoded.
     #[error("generating the pending private key: {0}")]
     Key(#[from] nodeauth_csr::BuildError),
+    /// The cert directory is not safe to keep a private key in: another user could plant or
+    /// replace files in it. Nothing in it was read or written.
+    #[error("refusing cert dir {}: {problem}", path.display())]
+    InsecureDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        problem: DirProblem,
+    },
+    /// A file the store needs (the lock file) is not one it can trust, and replacing it failed.
+    #[error("refusing {}: {problem}", path.display())]
+    UntrustedFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        problem: FileProblem,
+    },
+    /// A temporary name the store creates exclusively was taken again each time it was
+    /// cleared (someone keeps creating it).
+    #[error(
+        "creating {} exclusively: something reappeared there each time it was removed",
+        path.display()
+    )]
+    NameKeepsReappearing {
+        /// The temporary path.
+        path: PathBuf,
+    },
 }
 
 fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreError + use<> {
@@ -98,6 +126,49 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StoreE
         action,
         path,
         source,
+    }
+}
+
+/// What `-current.pem` resolved to.
+enum Current {
+    /// There is no `-current.pem`.
+    Missing,
+    /// It is dangling or names an incomplete or corrupt pair.
+    Unusable,
+    /// It is not followed (see [`LinkProblem`]).
+    Refused(LinkProblem),
+    /// A complete pair the store trusts.
+    Pair(Pair),
+}
+
+/// Creates `path` exclusively (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600), for a temporary
+/// name only the store uses: whatever is already there (a planted file or symlink, or a
+/// leftover of a crash) is removed, never written through, and creation is retried.
+fn create_exclusive(path: &Path) -> Result<File, StoreError> {
+    for _ in 0..3 {
+        match OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(trust::no_follow_flags())
+            .open(path)
+        {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => remove_entry(path)?,
+            Err(e) => return Err(io_err("creating", path)(e)),
+        }
+    }
+    Err(StoreError::NameKeepsReappearing {
+        path: path.to_path_buf(),
+    })
+}
+
+/// Removes a directory entry that is not a directory (a symlink itself, not its target).
+fn remove_entry(path: &Path) -> Result<(), StoreError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("removing", path)(e)),
     }
 }
 
@@ -110,8 +181,14 @@ pub struct Recovery {
     pub current_was_broken: bool,
     /// The pair `-current.pem` was pointed at instead (the newest complete one), if any.
     pub relinked_to: Option<PathBuf>,
-    /// Upstream kubelet's leftover `-updated.pem` link was used or removed.
+    /// Upstream kubelet's leftover `-updated.pem` link was removed.
     pub handled_updated_link: bool,
+    /// `-current.pem` was refused because of where it pointed (outside the directory, at a
+    /// file that is not a pair, at a file the store does not trust); it was relinked or removed.
+    pub refused_current: Option<LinkProblem>,
+    /// Pair files ignored as relink candidates because the store does not trust them (e.g.
+    /// owned by another user: planted while the directory was writable). They are left alone.
+    pub untrusted_pairs: Vec<(PathBuf, FileProblem)>,
 }
 
 impl Recovery {
@@ -121,11 +198,14 @@ impl Recovery {
             || self.current_was_broken
             || self.relinked_to.is_some()
             || self.handled_updated_link
+            || self.refused_current.is_some()
+            || !self.untrusted_pairs.is_empty()
     }
 }
 
 /// What [`CertStore::pending_key`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PendingKey {
     /// The key from an earlier attempt was reused (so the CSR name, derived from it, is too).
     Reused,
@@ -133,6 +213,10 @@ pub enum PendingKey {
     Created,
     /// The saved one did not parse (e.g. a torn write by another program); it was replaced.
     ReplacedCorrupt,
+    /// Something was at the pending key's name that the store did not create (a symlink, a
+    /// file owned by another user or readable by others, a hard link); it was not read, and a
+    /// new key replaced it. See the crate docs, "What the store trusts".
+    ReplacedUntrusted(FileProblem),
 }
 
 /// An exclusive advisory lock on the store (`flock`), released on drop.
@@ -227,17 +311,55 @@ impl CertStore {
         self.dir.join(format!("{}-updated.pem", self.kind.prefix()))
     }
 
-    /// Creates the directory (0700 when it is new) if it does not exist.
+    /// Creates the directory (mode 0700; missing parents as `mkdir -p` would) if it does not
+    /// exist, and checks that it is safe: see [`CertStore::check_dir`].
     ///
     /// # Errors
-    /// [`StoreError::Io`].
+    /// [`StoreError::InsecureDir`] or [`StoreError::Io`].
     pub fn ensure_dir(&self) -> Result<(), StoreError> {
-        if self.dir.is_dir() {
+        if self.check_dir()? {
             return Ok(());
         }
-        fs::create_dir_all(&self.dir).map_err(io_err("creating", &self.dir))?;
-        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o700))
-            .map_err(io_err("setting permissions of", &self.dir))
+        if let Some(parent) = self.dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).map_err(io_err("creating", parent))?;
+        }
+        match fs::DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => {}
+            // Created concurrently (another agent): checked below like any existing one.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("creating", &self.dir)(e)),
+        }
+        if self.check_dir()? {
+            Ok(())
+        } else {
+            Err(io_err("creating", &self.dir)(
+                io::ErrorKind::NotFound.into(),
+            ))
+        }
+    }
+
+    /// Whether the directory exists, after checking that nobody but this process's effective
+    /// uid (and root) can change what is in it: it must be a directory (a symlink to one is
+    /// followed), owned by the effective uid or by root, and not writable by its group or by
+    /// others (the sticky bit does not make that acceptable: others could still create the
+    /// names the store uses). Every operation that reads or writes the directory runs this
+    /// first.
+    ///
+    /// # Errors
+    /// [`StoreError::InsecureDir`], or [`StoreError::Io`] for errors other than "not found".
+    pub fn check_dir(&self) -> Result<bool, StoreError> {
+        let meta = match fs::metadata(&self.dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err("inspecting", &self.dir)(e)),
+        };
+        trust::check_dir(&meta, trust::effective_uid()).map_err(|problem| {
+            StoreError::InsecureDir {
+                path: self.dir.clone(),
+                problem,
+            }
+        })?;
+        Ok(true)
     }
 
     /// Takes the store's exclusive lock, waiting for another holder (another agent process) to
@@ -265,32 +387,97 @@ impl CertStore {
         }
     }
 
+    /// Opens (creating) the lock file without following a symlink. One the store did not
+    /// make (a symlink, or a file of another owner, who could hold the lock forever) is
+    /// removed and created afresh; no holder of a genuine lock file is affected, since the
+    /// store never makes those.
     fn open_lock_file(&self) -> Result<File, StoreError> {
         self.ensure_dir()?;
         let path = self.lock_path();
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err("opening", &path))
+        let euid = trust::effective_uid();
+        let mut problem = FileProblem::NotARegularFile;
+        for _ in 0..3 {
+            match OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(trust::no_follow_flags())
+                .open(&path)
+            {
+                Ok(file) => {
+                    let meta = file.metadata().map_err(io_err("inspecting", &path))?;
+                    match trust::check_lock_file(&meta, euid) {
+                        Ok(()) => return Ok(file),
+                        Err(p) => problem = p,
+                    }
+                }
+                Err(e) if trust::is_symlink_refusal(&e) => problem = FileProblem::Symlink,
+                Err(e) => return Err(io_err("opening", &path)(e)),
+            }
+            remove_entry(&path)?;
+        }
+        Err(StoreError::UntrustedFile { path, problem })
     }
 
-    /// The pair `-current.pem` points at, if it is a complete pair; `None` when the link is
-    /// missing, dangling, or names an incomplete or corrupt file (run [`CertStore::recover`]
-    /// under the lock to repair that). Needs no lock: the link is only ever replaced atomically
-    /// and only by complete, fsync'd files.
+    /// The pair `-current.pem` points at, if it is a complete pair the store trusts; `None`
+    /// when the link is missing, dangling, names an incomplete or corrupt file, or is refused:
+    /// its target is not a bare `<prefix>-<timestamp>.pem` name in the directory (absolute,
+    /// `..`, a subdirectory), or the file is not trusted (see the crate docs). Run
+    /// [`CertStore::recover`] under the lock to repair any of that. Needs no lock: the link is
+    /// only ever replaced atomically and only by complete, fsync'd files.
     ///
     /// # Errors
-    /// [`StoreError::Io`] for errors other than "not found".
+    /// [`StoreError::InsecureDir`], or [`StoreError::Io`] for errors other than "not found".
     pub fn load_current(&self) -> Result<Option<Pair>, StoreError> {
-        let path = self.current_path();
-        match fs::read(&path) {
-            Ok(bytes) => Ok(Pair::parse(&bytes).ok()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("reading", &path)(e)),
+        if !self.check_dir()? {
+            return Ok(None);
         }
+        Ok(match self.resolve_current()? {
+            Current::Pair(pair) => Some(pair),
+            Current::Missing | Current::Unusable | Current::Refused(_) => None,
+        })
+    }
+
+    /// Follows `-current.pem` by the store's rules: a link's target must be a bare pair file
+    /// name, and the file (the link's target, or `-current.pem` itself if it is a regular
+    /// file, as a hand-made layout may have) must be trusted and hold a complete pair.
+    fn resolve_current(&self) -> Result<Current, StoreError> {
+        let current = self.current_path();
+        let meta = match fs::symlink_metadata(&current) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Current::Missing),
+            Err(e) => return Err(io_err("inspecting", &current)(e)),
+        };
+        let file = if meta.file_type().is_symlink() {
+            let target = fs::read_link(&current).map_err(io_err("reading link", &current))?;
+            let name = match trust::link_target_name(&target) {
+                Ok(name) => name,
+                Err(problem) => return Ok(Current::Refused(problem)),
+            };
+            if !self.is_pair_name(name) {
+                return Ok(Current::Refused(LinkProblem::NotAPairFile {
+                    target: name.to_owned(),
+                }));
+            }
+            self.dir.join(name)
+        } else {
+            current
+        };
+        Ok(match self.read_pair_file(&file)? {
+            KeyFile::Missing => Current::Unusable,
+            KeyFile::Untrusted(problem) => Current::Refused(LinkProblem::Untrusted(problem)),
+            KeyFile::Trusted(bytes) => match Pair::parse(&bytes) {
+                Ok(pair) => Current::Pair(pair),
+                Err(_) => Current::Unusable,
+            },
+        })
+    }
+
+    /// Reads a pair file (it holds a private key) if the store trusts it. Pair files may have
+    /// several names (a backup tool's hard link is no reason to drop the node's identity).
+    fn read_pair_file(&self, path: &Path) -> Result<KeyFile, StoreError> {
+        trust::read_key_file(path, trust::effective_uid(), false).map_err(io_err("reading", path))
     }
 
     /// Writes `pair` as a new `<prefix>-<timestamp>.pem` (0600, fsync'd, directory fsync'd) and
@@ -309,12 +496,7 @@ impl CertStore {
         let bytes = content.as_bytes();
         let (first, second) = bytes.split_at(bytes.len() / 2);
         {
-            let mut file = OpenOptions::new()
-                .create_new(true)
-                .write(true)
-                .mode(0o600)
-                .open(&temp_path)
-                .map_err(io_err("creating", &temp_path))?;
+            let mut file = create_exclusive(&temp_path)?;
             file.write_all(first)
                 .map_err(io_err("writing", &temp_path))?;
             file.sync_data().map_err(io_err("syncing", &temp_path))?;
@@ -427,20 +609,22 @@ impl CertStore {
     }
 
     /// Brings the directory back to "`-current.pem` links to a complete pair" after any
-    /// interruption: removes torn temporary files and unfinished links; finishes or discards
-    /// upstream kubelet's `-updated.pem` link; and if `-current.pem` is missing, dangling or
-    /// incomplete, points it at the complete pair that expires last (or removes the broken
-    /// link when there is none). Take the [lock](CertStore::lock) first.
+    /// interruption: removes torn temporary files and unfinished links; removes upstream
+    /// kubelet's `-updated.pem` link (never following it: when `-current.pem` is broken, the
+    /// pair it named is found among the pair files like any other); and if `-current.pem` is
+    /// missing, dangling, incomplete or refused (see [`CertStore::load_current`]), points it at
+    /// the complete, trusted pair that expires last (or removes the broken link when there is
+    /// none). Untrusted pair files are never chosen and are reported. Take the
+    /// [lock](CertStore::lock) first.
     ///
     /// # Errors
-    /// [`StoreError::Io`].
+    /// [`StoreError::InsecureDir`] or [`StoreError::Io`].
     pub fn recover(&self) -> Result<Recovery, StoreError> {
         let mut report = Recovery::default();
-        let entries = match fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(report),
-            Err(e) => return Err(io_err("listing", &self.dir)(e)),
-        };
+        if !self.check_dir()? {
+            return Ok(report);
+        }
+        let entries = fs::read_dir(&self.dir).map_err(io_err("listing", &self.dir))?;
         for entry in entries {
             let entry = entry.map_err(io_err("listing", &self.dir))?;
             let Some(name) = entry.file_name().to_str().map(ToOwned::to_owned) else {
@@ -452,26 +636,28 @@ impl CertStore {
                 report.removed_temporaries.push(path);
             }
         }
-        let current_ok = self.load_current()?.is_some();
         let updated = self.updated_path();
         if fs::symlink_metadata(&updated).is_ok() {
             report.handled_updated_link = true;
-            let updated_ok = fs::read(&updated)
-                .ok()
-                .is_some_and(|b| Pair::parse(&b).is_ok());
-            if !current_ok && updated_ok {
-                fs::rename(&updated, self.current_path()).map_err(io_err("renaming", &updated))?;
-            } else {
-                fs::remove_file(&updated).map_err(io_err("removing", &updated))?;
-            }
+            fs::remove_file(&updated).map_err(io_err("removing", &updated))?;
             self.sync_dir()?;
         }
-        if self.load_current()?.is_none() {
-            report.current_was_broken = fs::symlink_metadata(self.current_path()).is_ok();
+        let current = self.resolve_current()?;
+        if !matches!(current, Current::Pair(_)) {
+            report.current_was_broken = !matches!(current, Current::Missing);
+            if let Current::Refused(problem) = current {
+                report.refused_current = Some(problem);
+            }
             let mut best: Option<(SystemTime, String)> = None;
             for (_, name) in self.pair_files()? {
-                let Ok(bytes) = fs::read(self.dir.join(&name)) else {
-                    continue;
+                let path = self.dir.join(&name);
+                let bytes = match self.read_pair_file(&path) {
+                    Ok(KeyFile::Trusted(bytes)) => bytes,
+                    Ok(KeyFile::Untrusted(problem)) => {
+                        report.untrusted_pairs.push((path, problem));
+                        continue;
+                    }
+                    Ok(KeyFile::Missing) | Err(_) => continue,
                 };
                 let Ok(pair) = Pair::parse(&bytes) else {
                     continue;
@@ -503,8 +689,11 @@ impl CertStore {
     /// `-current.pem` links to. Returns the removed paths.
     ///
     /// # Errors
-    /// [`StoreError::Io`].
+    /// [`StoreError::InsecureDir`] or [`StoreError::Io`].
     pub fn prune(&self) -> Result<Vec<PathBuf>, StoreError> {
+        if !self.check_dir()? {
+            return Ok(Vec::new());
+        }
         let current = self.current_target_name();
         let mut kept = 0usize;
         let mut removed = Vec::new();
@@ -529,16 +718,24 @@ impl CertStore {
 
     /// The key for the request in flight: reused from `<prefix>.key.tmp` if an earlier attempt
     /// saved one (so a restarted agent asks for the same CSR again rather than a new one), else
-    /// a new P-256 key, saved there (0600, fsync'd, atomically) before any request is made. A
-    /// corrupt saved key is replaced.
+    /// a new P-256 key, saved there (0600, fsync'd, atomically) before any request is made.
+    ///
+    /// A saved key is reused only if the store trusts it: opened without following a symlink,
+    /// a regular file with one name, owned by this process's effective uid, and with no group
+    /// or other permission bits (see the crate docs for why that stops a planted key). Anything
+    /// else at that name is not read and is replaced by a new key
+    /// ([`PendingKey::ReplacedUntrusted`]); so is a corrupt one ([`PendingKey::ReplacedCorrupt`]).
+    /// Bootstrap is never blocked by what is there.
     ///
     /// # Errors
-    /// [`StoreError::Io`] or [`StoreError::Key`].
+    /// [`StoreError::InsecureDir`], [`StoreError::Io`] or [`StoreError::Key`].
     pub fn pending_key(&self) -> Result<(CsrSigningKey, PendingKey), StoreError> {
         self.ensure_dir()?;
         let path = self.pending_key_path();
-        let state = match fs::read(&path) {
-            Ok(bytes) => {
+        let read = trust::read_key_file(&path, trust::effective_uid(), true)
+            .map_err(io_err("reading", &path))?;
+        let state = match read {
+            KeyFile::Trusted(bytes) => {
                 let parsed = core::str::from_utf8(&bytes)
                     .ok()
                     .and_then(|pem| parse_private_key(pem).ok());
@@ -547,24 +744,19 @@ impl CertStore {
                 }
                 PendingKey::ReplacedCorrupt
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => PendingKey::Created,
-            Err(e) => return Err(io_err("reading", &path)(e)),
+            KeyFile::Untrusted(problem) => PendingKey::ReplacedUntrusted(problem),
+            KeyFile::Missing => PendingKey::Created,
         };
         let key = CsrSigningKey::generate_p256()?;
         let pem = key.to_pkcs8_pem()?;
         let temp = self.dir.join(format!(".{}-key.tmp", self.kind.prefix()));
         {
-            let mut file = OpenOptions::new()
-                .create(true)
-                .truncate(true)
-                .write(true)
-                .mode(0o600)
-                .open(&temp)
-                .map_err(io_err("creating", &temp))?;
+            let mut file = create_exclusive(&temp)?;
             file.write_all(pem.as_bytes())
                 .map_err(io_err("writing", &temp))?;
             file.sync_all().map_err(io_err("syncing", &temp))?;
         }
+        // Replaces whatever name was there (a planted symlink is replaced, not followed).
         fs::rename(&temp, &path).map_err(io_err("renaming", &temp))?;
         self.sync_dir()?;
         Ok((key, state))
@@ -807,6 +999,537 @@ mod tests {
         assert!(store.try_lock().unwrap().is_none());
         drop(held);
         assert!(store.try_lock().unwrap().is_some());
+    }
+
+    // ---- What the store trusts (issue 25) ----
+
+    use crate::test_support::{NOBODY, child_dir, run_as_nobody};
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _, chown, symlink};
+
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    fn key_pem() -> String {
+        CsrSigningKey::generate_p256()
+            .unwrap()
+            .to_pkcs8_pem()
+            .unwrap()
+            .to_string()
+    }
+
+    fn public_of_pem(pem: &str) -> Vec<u8> {
+        parse_private_key(pem).unwrap().public_key_der().unwrap()
+    }
+
+    /// A directory `nobody` can reach, for the unprivileged children.
+    fn reachable_tempdir() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        chmod(t.path(), 0o755);
+        t
+    }
+
+    fn insecure(err: StoreError) -> (PathBuf, DirProblem) {
+        match err {
+            StoreError::InsecureDir { path, problem } => (path, problem),
+            other => panic!("expected InsecureDir, got {other}"),
+        }
+    }
+
+    #[test]
+    fn a_new_dir_is_0700_and_an_existing_0755_one_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path().join("a/pki"), PairKind::Client);
+        store.pending_key().unwrap();
+        assert_eq!(mode(store.dir()), 0o700);
+        chmod(store.dir(), 0o755); // upstream kubelet's /var/lib/kubelet/pki
+        store.store(&pair("n", 60), t0()).unwrap();
+        assert!(store.load_current().unwrap().is_some());
+    }
+
+    /// As root: the mode rule holds for root too, and a directory of another user is refused.
+    #[test]
+    fn refuses_a_writable_or_foreign_dir_as_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        for m in [0o777, 0o1777, 0o770, 0o702] {
+            chmod(dir.path(), m);
+            let (path, problem) = insecure(store.lock().unwrap_err());
+            assert_eq!(path, dir.path());
+            assert_eq!(problem, DirProblem::WritableByGroupOrOthers { mode: m });
+            insecure(store.pending_key().unwrap_err());
+            insecure(store.store(&pair("n", 60), t0()).unwrap_err());
+            insecure(store.load_current().unwrap_err());
+            insecure(store.recover().unwrap_err());
+        }
+        // Nothing was created in the refused directory.
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        chmod(dir.path(), 0o700);
+        if trust::effective_uid() == 0 {
+            chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+            let err = store.lock().unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.contains(&dir.path().display().to_string())
+                    && msg.contains("owned by uid 65534"),
+                "{msg}"
+            );
+            assert_eq!(
+                insecure(err).1,
+                DirProblem::OwnedByAnotherUser {
+                    owner: NOBODY,
+                    euid: 0
+                }
+            );
+        }
+    }
+
+    /// As an unprivileged user (root would pass every permission check): a group- or
+    /// world-writable directory of ours and another user's directory are refused, a root-owned
+    /// one is accepted (and then simply not writable), our own 0700 one works.
+    #[test]
+    fn refuses_a_writable_or_foreign_dir_as_an_unprivileged_user() {
+        let base = reachable_tempdir();
+        for (name, owner, m) in [
+            ("group-writable", NOBODY, 0o770),
+            ("world-writable", NOBODY, 0o777),
+            ("sticky", NOBODY, 0o1777),
+            ("daemons", 1, 0o755),
+            ("roots", 0, 0o755),
+            ("mine", NOBODY, 0o700),
+        ] {
+            let d = base.path().join(name);
+            fs::create_dir(&d).unwrap();
+            chown(&d, Some(owner), Some(owner)).unwrap();
+            chmod(&d, m);
+        }
+        run_as_nobody(
+            "store::tests::child_refuses_a_writable_or_foreign_dir",
+            base.path(),
+        );
+    }
+
+    #[test]
+    #[ignore = "run as uid 65534 by refuses_a_writable_or_foreign_dir_as_an_unprivileged_user"]
+    fn child_refuses_a_writable_or_foreign_dir() {
+        let Some(base) = child_dir() else { return };
+        let store = |name: &str| CertStore::new(base.join(name), PairKind::Client);
+        for (name, m) in [
+            ("group-writable", 0o770),
+            ("world-writable", 0o777),
+            ("sticky", 0o1777),
+        ] {
+            let s = store(name);
+            let (path, problem) = insecure(s.pending_key().unwrap_err());
+            assert_eq!(path, base.join(name));
+            assert_eq!(problem, DirProblem::WritableByGroupOrOthers { mode: m });
+            insecure(s.lock().unwrap_err());
+            insecure(s.load_current().unwrap_err());
+            assert_eq!(fs::read_dir(s.dir()).unwrap().count(), 0, "{name}");
+        }
+        let (_, problem) = insecure(store("daemons").lock().unwrap_err());
+        assert_eq!(
+            problem,
+            DirProblem::OwnedByAnotherUser {
+                owner: 1,
+                euid: NOBODY
+            }
+        );
+        // Root's directory passes the check; the kernel then refuses the write, which proves
+        // this child really is unprivileged.
+        let roots = store("roots");
+        assert!(roots.check_dir().unwrap());
+        assert!(matches!(
+            roots.lock().unwrap_err(),
+            StoreError::Io { source, .. } if source.kind() == io::ErrorKind::PermissionDenied
+        ));
+        let mine = store("mine");
+        let (_, state) = mine.pending_key().unwrap();
+        assert_eq!(state, PendingKey::Created);
+        mine.store(&pair("n", 60), t0()).unwrap();
+        assert!(mine.load_current().unwrap().is_some());
+        // A directory it creates is 0700 and its own.
+        let fresh = store("mine/sub");
+        fresh.ensure_dir().unwrap();
+        let meta = fs::metadata(fresh.dir()).unwrap();
+        assert_eq!((meta.mode() & 0o777, meta.uid()), (0o700, NOBODY));
+    }
+
+    /// The attack of issue 25, with a real unprivileged attacker: while the cert dir is world
+    /// writable, `nobody` plants a pending key it knows, a symlink at the store's temporary key
+    /// name, a symlink as the lock file, and a pair of its own as `-current.pem`. The store
+    /// refuses the directory; once it is fixed, it uses none of what was planted and writes
+    /// through none of it.
+    #[test]
+    fn a_dir_planted_by_an_unprivileged_user_yields_them_nothing() {
+        if trust::effective_uid() != 0 {
+            panic!("this test plays the victim as root and the attacker as uid {NOBODY}");
+        }
+        let base = reachable_tempdir();
+        let dir = base.path().join("pki");
+        fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o777);
+        run_as_nobody("store::tests::child_plants_files", &dir);
+        let store = CertStore::new(&dir, PairKind::Client);
+
+        // As it is: refused, nothing read.
+        insecure(store.pending_key().unwrap_err());
+        insecure(store.load_current().unwrap_err());
+
+        // The administrator fixes the mode; the planted files stay.
+        chmod(&dir, 0o755);
+        let _lock = store.lock().unwrap();
+        assert!(
+            !dir.join("victim-lock").exists(),
+            "the lock file was created through the planted symlink"
+        );
+        assert!(
+            fs::symlink_metadata(dir.join(".kubelet-client.lock"))
+                .unwrap()
+                .is_file()
+        );
+
+        assert!(store.load_current().unwrap().is_none(), "planted pair used");
+        let r = store.recover().unwrap();
+        assert!(matches!(
+            r.refused_current,
+            Some(LinkProblem::Untrusted(FileProblem::OwnedByAnotherUser {
+                owner: NOBODY,
+                euid: 0
+            }))
+        ));
+        assert_eq!(r.untrusted_pairs.len(), 1, "{r:?}");
+        assert!(fs::symlink_metadata(store.current_path()).is_err());
+
+        let known = fs::read_to_string(dir.join("attacker-knows.pem")).unwrap();
+        let (key, state) = store.pending_key().unwrap();
+        assert_eq!(
+            state,
+            PendingKey::ReplacedUntrusted(FileProblem::OwnedByAnotherUser {
+                owner: NOBODY,
+                euid: 0
+            })
+        );
+        assert_ne!(key.public_key_der().unwrap(), public_of_pem(&known));
+        let meta = fs::symlink_metadata(store.pending_key_path()).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(
+            (meta.uid(), meta.mode() & 0o777, meta.nlink()),
+            (0, 0o600, 1)
+        );
+        assert_eq!(
+            fs::read(dir.join("attacker-reads")).unwrap(),
+            b"",
+            "the new key was written through the planted temporary symlink"
+        );
+        // Now it is ours: reused.
+        let (again, state) = store.pending_key().unwrap();
+        assert_eq!(state, PendingKey::Reused);
+        assert_eq!(
+            again.public_key_der().unwrap(),
+            key.public_key_der().unwrap()
+        );
+    }
+
+    #[test]
+    #[ignore = "run as uid 65534 by a_dir_planted_by_an_unprivileged_user_yields_them_nothing"]
+    fn child_plants_files() {
+        let Some(dir) = child_dir() else { return };
+        let known = key_pem();
+        fs::write(dir.join("attacker-knows.pem"), &known).unwrap();
+        let pending = dir.join("kubelet-client.key.tmp");
+        fs::write(&pending, &known).unwrap();
+        chmod(&pending, 0o600);
+        fs::write(dir.join("attacker-reads"), b"").unwrap();
+        chmod(&dir.join("attacker-reads"), 0o666);
+        symlink(
+            dir.join("attacker-reads"),
+            dir.join(".kubelet-client-key.tmp"),
+        )
+        .unwrap();
+        symlink(dir.join("victim-lock"), dir.join(".kubelet-client.lock")).unwrap();
+        let (c, k) = self_signed("system:node:victim", 600);
+        let planted = dir.join("kubelet-client-2030-01-01-00-00-00.pem");
+        fs::write(&planted, format!("{c}{k}")).unwrap();
+        chmod(&planted, 0o600);
+        symlink(
+            "kubelet-client-2030-01-01-00-00-00.pem",
+            dir.join("kubelet-client-current.pem"),
+        )
+        .unwrap();
+    }
+
+    /// Puts something at a path, given a key PEM it may use.
+    type Planter = Box<dyn Fn(&Path, &str)>;
+    /// Whether a refusal is the expected one.
+    type IsExpected = fn(&LinkProblem) -> bool;
+
+    #[test]
+    fn a_pending_key_the_store_did_not_make_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        let path = store.pending_key_path();
+        let euid = trust::effective_uid();
+        let cases: Vec<(&str, Planter, FileProblem)> = vec![
+            (
+                "readable by others",
+                Box::new(|p, pem| {
+                    fs::write(p, pem).unwrap();
+                    chmod(p, 0o644);
+                }),
+                FileProblem::AccessibleByGroupOrOthers { mode: 0o644 },
+            ),
+            (
+                "a hard link",
+                Box::new(|p, pem| {
+                    fs::write(p, pem).unwrap();
+                    chmod(p, 0o600);
+                    let other = p.with_file_name("elsewhere");
+                    let _ = fs::remove_file(&other);
+                    fs::hard_link(p, other).unwrap();
+                }),
+                FileProblem::MultipleLinks { links: 2 },
+            ),
+            (
+                "a symlink to a key outside",
+                Box::new(|p, pem| {
+                    let outside = p.with_file_name("outside.pem");
+                    fs::write(&outside, pem).unwrap();
+                    chmod(&outside, 0o600);
+                    symlink(outside, p).unwrap();
+                }),
+                FileProblem::Symlink,
+            ),
+            (
+                "a FIFO",
+                Box::new(|p, _| {
+                    rustix::fs::mknodat(
+                        rustix::fs::CWD,
+                        p,
+                        rustix::fs::FileType::Fifo,
+                        rustix::fs::Mode::from_raw_mode(0o600),
+                        0,
+                    )
+                    .unwrap();
+                }),
+                FileProblem::NotARegularFile,
+            ),
+        ];
+        let mut cases = cases;
+        if euid == 0 {
+            cases.push((
+                "owned by another user",
+                Box::new(|p, pem| {
+                    fs::write(p, pem).unwrap();
+                    chmod(p, 0o600);
+                    chown(p, Some(NOBODY), Some(NOBODY)).unwrap();
+                }),
+                FileProblem::OwnedByAnotherUser {
+                    owner: NOBODY,
+                    euid: 0,
+                },
+            ));
+        }
+        for (what, plant, problem) in cases {
+            let _ = fs::remove_file(&path);
+            let known = key_pem();
+            plant(&path, &known);
+            let (key, state) = store.pending_key().unwrap();
+            assert_eq!(state, PendingKey::ReplacedUntrusted(problem), "{what}");
+            assert_ne!(
+                key.public_key_der().unwrap(),
+                public_of_pem(&known),
+                "{what}: planted key reused"
+            );
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert!(meta.is_file() && meta.nlink() == 1, "{what}");
+            assert_eq!(store.pending_key().unwrap().1, PendingKey::Reused, "{what}");
+        }
+        // The outside key the symlink named is untouched.
+        let outside = fs::read_to_string(dir.path().join("outside.pem")).unwrap();
+        assert!(outside.contains("PRIVATE KEY"));
+    }
+
+    #[test]
+    fn nothing_is_written_through_a_planted_temporary_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        // The pending key's temporary name, a pair's temporary name, the lock file.
+        let existing = outside.path().join("existing");
+        fs::write(&existing, b"").unwrap();
+        symlink(&existing, dir.path().join(".kubelet-client-key.tmp")).unwrap();
+        symlink(
+            outside.path().join("created-pair"),
+            dir.path()
+                .join(".kubelet-client-2030-01-01-00-00-00.pem.tmp"),
+        )
+        .unwrap();
+        symlink(
+            outside.path().join("created-lock"),
+            dir.path().join(".kubelet-client.lock"),
+        )
+        .unwrap();
+        let _lock = store.lock().unwrap();
+        store.pending_key().unwrap();
+        store.store(&pair("n", 60), t0()).unwrap();
+        assert_eq!(fs::read(&existing).unwrap(), b"");
+        let mut left: Vec<_> = fs::read_dir(outside.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["existing"]);
+        for name in [".kubelet-client.lock", "kubelet-client.key.tmp"] {
+            let meta = fs::symlink_metadata(dir.path().join(name)).unwrap();
+            assert!(meta.is_file(), "{name}");
+        }
+        assert!(store.load_current().unwrap().is_some());
+    }
+
+    #[test]
+    fn a_current_link_out_of_the_dir_is_refused_and_recovered() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path().join("pki"), PairKind::Client);
+        let good = store.store(&pair("system:node:mine", 600), t0()).unwrap();
+        // A complete, trusted-looking pair outside the directory (an attacker's).
+        let theirs = pair("system:node:theirs", 6000);
+        let out = outside
+            .path()
+            .join("kubelet-client-2031-01-01-00-00-00.pem");
+        fs::write(&out, theirs.to_pem()).unwrap();
+        chmod(&out, 0o600);
+        fs::create_dir(store.dir().join("sub")).unwrap();
+        fs::write(
+            store
+                .dir()
+                .join("sub/kubelet-client-2032-01-01-00-00-00.pem"),
+            theirs.to_pem(),
+        )
+        .unwrap();
+        chmod(
+            &store
+                .dir()
+                .join("sub/kubelet-client-2032-01-01-00-00-00.pem"),
+            0o600,
+        );
+        let up = format!(
+            "../../{}/kubelet-client-2031-01-01-00-00-00.pem",
+            outside.path().file_name().unwrap().to_str().unwrap()
+        );
+        // A hard-to-spot one: a name that is no pair file of this store.
+        fs::write(
+            store.dir().join("kubelet-server-2033-01-01-00-00-00.pem"),
+            theirs.to_pem(),
+        )
+        .unwrap();
+        chmod(
+            &store.dir().join("kubelet-server-2033-01-01-00-00-00.pem"),
+            0o600,
+        );
+        let targets: Vec<(PathBuf, IsExpected)> = vec![
+            (out.clone(), |p| matches!(p, LinkProblem::Absolute { .. })),
+            (PathBuf::from(&up), |p| {
+                matches!(p, LinkProblem::ParentComponent { .. })
+            }),
+            (
+                PathBuf::from("sub/kubelet-client-2032-01-01-00-00-00.pem"),
+                |p| matches!(p, LinkProblem::NotAFileName { .. }),
+            ),
+            (
+                PathBuf::from("kubelet-server-2033-01-01-00-00-00.pem"),
+                |p| matches!(p, LinkProblem::NotAPairFile { .. }),
+            ),
+        ];
+        for (target, expected) in targets {
+            fs::remove_file(store.current_path()).unwrap();
+            symlink(&target, store.current_path()).unwrap();
+            // std would follow it; the store does not.
+            assert!(Pair::parse(&fs::read(store.current_path()).unwrap()).is_ok());
+            assert!(
+                store.load_current().unwrap().is_none(),
+                "{target:?} followed"
+            );
+            let r = store.recover().unwrap();
+            let problem = r.refused_current.clone().expect("refusal reported");
+            assert!(expected(&problem), "{target:?}: {problem}");
+            assert!(r.current_was_broken);
+            assert_eq!(r.relinked_to.as_deref(), Some(good.as_path()));
+            assert_eq!(
+                fs::read_link(store.current_path()).unwrap(),
+                Path::new(good.file_name().unwrap())
+            );
+            let current = store.load_current().unwrap().unwrap();
+            assert_eq!(
+                current.certificates_der(),
+                fs_pair(&good).certificates_der()
+            );
+        }
+    }
+
+    fn fs_pair(path: &Path) -> Pair {
+        Pair::parse(&fs::read(path).unwrap()).unwrap()
+    }
+
+    /// Upstream kubelet links `-current.pem` with an absolute path into its own cert dir:
+    /// refused as a link, and rewritten by recovery to the bare name of the same pair.
+    #[test]
+    fn upstream_absolute_link_is_rewritten_as_a_bare_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        let p = store.store(&pair("n", 600), t0()).unwrap();
+        fs::remove_file(store.current_path()).unwrap();
+        symlink(&p, store.current_path()).unwrap();
+        assert!(store.load_current().unwrap().is_none());
+        let r = store.recover().unwrap();
+        assert!(matches!(
+            r.refused_current,
+            Some(LinkProblem::Absolute { .. })
+        ));
+        assert_eq!(r.relinked_to.as_deref(), Some(p.as_path()));
+        assert!(store.load_current().unwrap().is_some());
+    }
+
+    #[test]
+    fn untrusted_pairs_are_never_made_current() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        let mine = store.store(&pair("mine", 600), t0()).unwrap();
+        // A newer-expiring pair that others may read: skipped by recovery.
+        let loose = dir.path().join("kubelet-client-2031-01-01-00-00-00.pem");
+        fs::write(&loose, pair("loose", 60_000).to_pem()).unwrap();
+        chmod(&loose, 0o644);
+        fs::remove_file(store.current_path()).unwrap();
+        let r = store.recover().unwrap();
+        assert_eq!(r.relinked_to.as_deref(), Some(mine.as_path()));
+        assert_eq!(
+            r.untrusted_pairs,
+            [(
+                loose.clone(),
+                FileProblem::AccessibleByGroupOrOthers { mode: 0o644 }
+            )]
+        );
+        // Linked to directly, it is refused too.
+        fs::remove_file(store.current_path()).unwrap();
+        symlink(loose.file_name().unwrap(), store.current_path()).unwrap();
+        assert!(store.load_current().unwrap().is_none());
+    }
+
+    #[test]
+    fn an_untrusted_lock_file_is_replaced() {
+        if trust::effective_uid() != 0 {
+            panic!("needs root to give the lock file to uid {NOBODY}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = CertStore::new(dir.path(), PairKind::Client);
+        let lock = dir.path().join(".kubelet-client.lock");
+        fs::write(&lock, b"").unwrap();
+        chown(&lock, Some(NOBODY), Some(NOBODY)).unwrap();
+        let held = store.lock().unwrap();
+        assert_eq!(fs::metadata(&lock).unwrap().uid(), 0);
+        assert!(store.try_lock().unwrap().is_none());
+        drop(held);
     }
 
     proptest::proptest! {

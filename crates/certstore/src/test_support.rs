@@ -24,3 +24,71 @@ pub fn self_signed(cn: &str, secs: u64) -> (String, String) {
     let cert = params.self_signed(&key).unwrap();
     (cert.pem(), key.serialize_pem())
 }
+
+/// The unprivileged uid and gid the permission tests run as (`nobody`/`nogroup`).
+pub const NOBODY: u32 = 65534;
+
+/// The environment variable naming the directory a child test works in. A test that reads it
+/// is `#[ignore]`d and only does something when [`run_as_nobody`] started it.
+pub const CHILD_DIR_ENV: &str = "NODEAUTH_CERTSTORE_CHILD_DIR";
+
+/// Runs the `#[ignore]`d test `test` (its full path, e.g. `store::tests::child_x`) of this test
+/// binary as uid/gid [`NOBODY`] with no supplementary groups, with [`CHILD_DIR_ENV`] set to
+/// `dir`, and panics with its output unless exactly that test ran and passed.
+///
+/// Root bypasses permission checks, and tests here run as root, so whatever depends on them
+/// runs in a child that has really dropped privileges. It fails (never skips) when it cannot:
+/// dropping privileges needs the parent to be root. The test binary is copied to a directory
+/// `nobody` can reach (the build's target dir may sit under `/root`, mode 0700).
+pub fn run_as_nobody(test: &str, dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::process::CommandExt as _;
+    let exe = std::env::current_exe().expect("locating the test binary");
+    let bin_dir = tempfile::Builder::new()
+        .prefix("certstore-as-nobody-")
+        .tempdir()
+        .unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("certstore-tests");
+    std::fs::copy(&exe, &bin).expect("copying the test binary");
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(&bin)
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_DIR_ENV, dir)
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {test} as uid {NOBODY}: {e} (these tests must start as root so they \
+                 can drop to an unprivileged user; they are not skipped)"
+            )
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains(&format!("test {test} ... ok")),
+        "{test} as uid {NOBODY} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+}
+
+/// In a child started by [`run_as_nobody`]: the directory it was given, after checking that
+/// privileges really were dropped. `None` when the test was run directly (it then does nothing).
+pub fn child_dir() -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os(CHILD_DIR_ENV)?;
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        NOBODY,
+        "child test not running as uid {NOBODY}"
+    );
+    assert_eq!(rustix::process::getegid().as_raw(), NOBODY);
+    Some(dir.into())
+}
