@@ -154,6 +154,85 @@ pub enum ChainError {
     /// The chain is longer than the limit.
     #[error("chain longer than {0} certificates")]
     TooLong(usize),
+    /// The certificate chains to a configured CA but is not an EK certificate by the TCG EK
+    /// Credential Profile (e.g. a TLS certificate from a CA that also issues EK certificates).
+    #[error("EK certificate: {0}")]
+    NotEkProfile(EkProfileError),
+}
+
+/// How an EK certificate departs from the TCG EK Credential Profile for TPM 2.0 (section 3.2:
+/// an end-entity certificate whose key usage fits the EK's algorithm, marked as an EK
+/// certificate). Each variant names the field and what it held.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EkProfileError {
+    /// basicConstraints says cA: a CA certificate is not an EK certificate.
+    #[error("basicConstraints has cA true; an EK certificate is an end-entity certificate")]
+    IsCa,
+    /// extendedKeyUsage names a purpose of another kind of certificate.
+    #[error(
+        "extendedKeyUsage contains {name} ({oid}); an EK certificate must carry tcg-kp-EKCertificate 2.23.133.8.1"
+    )]
+    ForbiddenPurpose {
+        /// The purpose's name (serverAuth, clientAuth, anyExtendedKeyUsage).
+        name: &'static str,
+        /// Its OID.
+        oid: &'static str,
+    },
+    /// extendedKeyUsage is present but lacks the EK purpose.
+    #[error(
+        "extendedKeyUsage [{}] lacks tcg-kp-EKCertificate 2.23.133.8.1",
+        found.join(", ")
+    )]
+    MissingEkPurpose {
+        /// The purposes it does name.
+        found: Vec<String>,
+    },
+    /// There is no keyUsage extension (the profile requires it).
+    #[error("keyUsage is absent; an {algorithm} EK certificate must assert {needed}")]
+    KeyUsageMissing {
+        /// `RSA` or `ECC`.
+        algorithm: &'static str,
+        /// The bit it must assert.
+        needed: &'static str,
+    },
+    /// keyUsage lacks the bit the EK's algorithm needs.
+    #[error(
+        "keyUsage lacks {needed}, which an {algorithm} EK certificate must assert (TCG EK Credential Profile)"
+    )]
+    KeyUsageLacks {
+        /// `RSA` or `ECC`.
+        algorithm: &'static str,
+        /// The bit it must assert: keyEncipherment (RSA) or keyAgreement (ECC).
+        needed: &'static str,
+    },
+    /// keyUsage asserts a CA bit.
+    #[error("keyUsage asserts {bit}; an EK certificate must not")]
+    KeyUsageCaBit {
+        /// keyCertSign or cRLSign.
+        bit: &'static str,
+    },
+    /// The subject key is neither RSA nor EC.
+    #[error(
+        "subjectPublicKeyInfo algorithm {oid} is neither rsaEncryption nor id-ecPublicKey (a TPM 2.0 EK is RSA or ECC)"
+    )]
+    UnsupportedKeyAlgorithm {
+        /// The algorithm OID.
+        oid: String,
+    },
+    /// Nothing marks the certificate as an EK certificate.
+    #[error(
+        "neither extendedKeyUsage tcg-kp-EKCertificate (2.23.133.8.1) nor a subjectAltName directoryName with tpmManufacturer (2.23.133.2.1) is present; nothing marks it as an EK certificate"
+    )]
+    NotMarkedAsEk,
+    /// An extension the profile check reads could not be decoded.
+    #[error("{extension} cannot be decoded: {detail}")]
+    BadExtension {
+        /// The extension's name.
+        extension: &'static str,
+        /// The decoder's message.
+        detail: String,
+    },
 }
 
 /// Making a credential (the server half of credential activation) failed.

@@ -119,7 +119,7 @@ pub use attest::{
 };
 pub use credential::{CredentialBlob, make_credential};
 pub use ek::{EkCaBundle, EkFingerprint, FingerprintParseError, certificate_spki};
-pub use error::{AkPolicyError, ChainError, CredentialError, ParseError};
+pub use error::{AkPolicyError, ChainError, CredentialError, EkProfileError, ParseError};
 pub use evidence::{ActivationRequest, PcrValue, TpmEvidence};
 pub use public::{ObjectAttributes, Public, PublicKey, Scheme, SymDef, public_from_spki};
 pub use store::{InMemoryReplayCache, InMemoryTofuStore, ReplayCache, TofuError, TofuStore};
