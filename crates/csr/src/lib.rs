@@ -91,8 +91,8 @@ pub use node_name::{MAX_NODE_NAME_LEN, NODE_PREFIX, NodeNameError, validate_node
 pub use pem::PemBlock;
 pub use profile::{
     CAPI_CLIENT_KUBELET_PREFIX, CAPI_KUBELET_SERVING_PREFIX, KUBE_APISERVER_CLIENT,
-    KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING, OrganizationRule, SanRules, SignerProfile,
-    SignerRegistry, UsageRule,
+    KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING, OrganizationRule, PRIVILEGED_GROUPS, SanRules,
+    SignerProfile, SignerRegistry, UsageRule,
 };
 pub use public_key::{EcCurve, KeyAlgorithm, PublicKeyInfo};
 pub use request::{

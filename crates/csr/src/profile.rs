@@ -33,7 +33,18 @@ pub struct SignerProfile {
     pub sans: SanRules,
     /// Which `spec.usages` are allowed.
     pub usages: UsageRule,
+    /// Organizations (groups) a certificate of this profile may never carry when it can
+    /// authenticate a client, besides [`PRIVILEGED_GROUPS`], which are always refused: the
+    /// operator's list (see [`SignerRegistry::forbid_organizations`]).
+    pub forbidden_organizations: BTreeSet<String>,
 }
+
+/// Groups no client certificate may carry, whatever its signer's name or profile:
+/// `system:masters` is granted every permission by kube-apiserver before any authorizer runs,
+/// and kube-apiserver's own admission check covers only the signer name
+/// `kubernetes.io/kube-apiserver-client`, so a custom signer with a client profile would
+/// otherwise issue cluster-admin certificates once anyone approves such a CSR.
+pub const PRIVILEGED_GROUPS: &[&str] = &["system:masters"];
 
 /// The rule for the subject's organizations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +126,7 @@ impl SignerProfile {
                 ]),
                 set([Usage::DigitalSignature, Usage::ClientAuth]),
             ]),
+            forbidden_organizations: BTreeSet::new(),
         }
     }
 
@@ -143,11 +155,13 @@ impl SignerProfile {
                 ]),
                 set([Usage::DigitalSignature, Usage::ServerAuth]),
             ]),
+            forbidden_organizations: BTreeSet::new(),
         }
     }
 
-    /// API server client certificates (`kubernetes.io/kube-apiserver-client`): any subject and SANs;
-    /// usages a subset of {digital signature, key encipherment, client auth} including client auth.
+    /// API server client certificates (`kubernetes.io/kube-apiserver-client`): any subject but
+    /// the [`PRIVILEGED_GROUPS`] and SANs; usages a subset of {digital signature, key
+    /// encipherment, client auth} including client auth.
     pub fn kube_apiserver_client() -> Self {
         SignerProfile {
             description: "kube-apiserver client certificate".to_owned(),
@@ -162,6 +176,7 @@ impl SignerProfile {
                 ]),
                 required: set([Usage::ClientAuth]),
             },
+            forbidden_organizations: BTreeSet::new(),
         }
     }
 }
@@ -171,6 +186,7 @@ impl SignerProfile {
 pub struct SignerRegistry {
     exact: BTreeMap<String, SignerProfile>,
     families: Vec<(String, SignerProfile)>,
+    forbidden: BTreeSet<String>,
 }
 
 impl SignerRegistry {
@@ -200,17 +216,52 @@ impl SignerRegistry {
     }
 
     /// Registers (or replaces) the profile of one exact signer name; returns the replaced profile.
+    /// Organizations forbidden with [`forbid_organizations`](Self::forbid_organizations) apply
+    /// to it too.
     pub fn register(
         &mut self,
         signer_name: impl Into<String>,
-        profile: SignerProfile,
+        mut profile: SignerProfile,
     ) -> Option<SignerProfile> {
+        profile
+            .forbidden_organizations
+            .extend(self.forbidden.iter().cloned());
         self.exact.insert(signer_name.into(), profile)
+    }
+
+    /// Refuses these organizations (groups) in every client certificate of every profile,
+    /// registered now or later, on top of [`PRIVILEGED_GROUPS`] (an operator's own
+    /// cluster-admin groups, say).
+    ///
+    /// ```
+    /// use nodeauth_csr::SignerRegistry;
+    /// let mut registry = SignerRegistry::builtin();
+    /// registry.forbid_organizations(["acme:cluster-admins"]);
+    /// let profile = registry.profile("kubernetes.io/kube-apiserver-client").unwrap();
+    /// assert!(profile.forbidden_organizations.contains("acme:cluster-admins"));
+    /// ```
+    pub fn forbid_organizations<I, S>(&mut self, groups: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let groups: Vec<String> = groups.into_iter().map(Into::into).collect();
+        self.forbidden.extend(groups.iter().cloned());
+        for profile in self
+            .exact
+            .values_mut()
+            .chain(self.families.iter_mut().map(|(_, p)| p))
+        {
+            profile.forbidden_organizations.extend(groups.iter().cloned());
+        }
     }
 
     /// Registers a family: every signer named `prefix` followed by a DNS-1123 label (the
     /// provider, e.g. `tpm`) gets `profile`. Later registrations of the same prefix replace earlier ones.
-    pub fn register_family(&mut self, prefix: impl Into<String>, profile: SignerProfile) {
+    pub fn register_family(&mut self, prefix: impl Into<String>, mut profile: SignerProfile) {
+        profile
+            .forbidden_organizations
+            .extend(self.forbidden.iter().cloned());
         let prefix = prefix.into();
         self.families.retain(|(p, _)| *p != prefix);
         self.families.push((prefix, profile));

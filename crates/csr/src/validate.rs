@@ -54,6 +54,9 @@ pub enum ViolationCode {
     SubjectNodeName,
     /// `subject.organization`: the organizations are not what the signer requires.
     SubjectOrganization,
+    /// `subject.privileged_group`: a certificate that can authenticate a client names a group
+    /// in [`PRIVILEGED_GROUPS`](crate::PRIVILEGED_GROUPS) or the profile's forbidden list.
+    SubjectPrivilegedGroup,
     /// `sans.dns`: DNS names not allowed by the signer.
     SansDns,
     /// `sans.ip`: IP addresses not allowed by the signer.
@@ -90,6 +93,7 @@ impl ViolationCode {
         ViolationCode::SubjectCommonName,
         ViolationCode::SubjectNodeName,
         ViolationCode::SubjectOrganization,
+        ViolationCode::SubjectPrivilegedGroup,
         ViolationCode::SansDns,
         ViolationCode::SansIp,
         ViolationCode::SansEmail,
@@ -114,6 +118,7 @@ impl ViolationCode {
             ViolationCode::SubjectCommonName => "subject.common_name",
             ViolationCode::SubjectNodeName => "subject.node_name",
             ViolationCode::SubjectOrganization => "subject.organization",
+            ViolationCode::SubjectPrivilegedGroup => "subject.privileged_group",
             ViolationCode::SansDns => "sans.dns",
             ViolationCode::SansIp => "sans.ip",
             ViolationCode::SansEmail => "sans.email",
@@ -250,6 +255,29 @@ fn check_subject(csr: &Csr, profile: &SignerProfile, report: &mut Report) {
             report.add(
                 ViolationCode::SubjectNodeName,
                 format!("node name {node:?} in the subject common name is not a DNS-1123 subdomain: it {err}"),
+            );
+        }
+    }
+    let forbidden = |o: &str| {
+        crate::PRIVILEGED_GROUPS.contains(&o) || profile.forbidden_organizations.contains(o)
+    };
+    // An exact organization list without a forbidden group already refuses them all.
+    let exact_refuses = matches!(&profile.organizations,
+        OrganizationRule::Exactly(required) if !required.iter().any(|o| forbidden(o)));
+    if profile.allows_client_auth() && !exact_refuses {
+        let privileged: Vec<&String> = subject
+            .organizations
+            .iter()
+            .filter(|o| forbidden(o))
+            .collect();
+        if !privileged.is_empty() {
+            report.add(
+                ViolationCode::SubjectPrivilegedGroup,
+                format!(
+                    "subject organizations {} name a privileged group; a {} can authenticate a client, and no client certificate may carry it whatever the signer",
+                    QuotedList(&privileged),
+                    profile.description
+                ),
             );
         }
     }
@@ -395,6 +423,24 @@ fn check_extensions(csr: &Csr, report: &mut Report) {
 }
 
 impl SignerProfile {
+    /// Whether a certificate of this profile can carry `client auth` (and so authenticate to
+    /// kube-apiserver as its subject).
+    pub fn allows_client_auth(&self) -> bool {
+        match &self.usages {
+            UsageRule::OneOf(sets) => sets.iter().any(|s| s.contains(&Usage::ClientAuth)),
+            UsageRule::Subset { allowed, .. } => allowed.contains(&Usage::ClientAuth),
+        }
+    }
+
+    /// Whether a certificate of this profile can carry `server auth` (a serving certificate:
+    /// its SANs are names clients will trust it for).
+    pub fn allows_server_auth(&self) -> bool {
+        match &self.usages {
+            UsageRule::OneOf(sets) => sets.iter().any(|s| s.contains(&Usage::ServerAuth)),
+            UsageRule::Subset { allowed, .. } => allowed.contains(&Usage::ServerAuth),
+        }
+    }
+
     /// Validates a request and its object's `spec.usages`, verifying the self-signature; returns
     /// every violation (empty when valid).
     pub fn validate<S: AsRef<str>>(&self, csr: &Csr, usages: &[S]) -> Vec<Violation> {

@@ -69,6 +69,15 @@ fn case(code: ViolationCode) -> Vec<ViolationCode> {
                 .organization("system:masters")
                 .common_name("system:node:n"),
         ),
+        C::SubjectPrivilegedGroup => codes(
+            &api_client,
+            &build(
+                CsrBuilder::new()
+                    .organization("system:masters")
+                    .common_name("mallory"),
+            ),
+            CLIENT,
+        ),
         C::SansDns => client_codes(node().dns_name("node-1")),
         C::SansIp => client_codes(node().ip_address(ip("10.0.0.1"))),
         C::SansEmail => client_codes(node().email("a@example.com")),
@@ -389,4 +398,55 @@ fn codes_are_stable_and_unique() {
     sorted.dedup();
     assert_eq!(sorted.len(), strings.len());
     assert!(strings.contains(&"subject.organization"));
+}
+
+/// `system:masters` is refused by every profile that can authenticate a client, whatever the
+/// signer's name; the operator's own groups too, once forbidden on the registry; a serving
+/// profile (no `client auth`) is not concerned.
+#[test]
+fn privileged_groups_are_refused_in_every_client_profile() {
+    let masters = build(
+        CsrBuilder::new()
+            .organization("system:masters")
+            .organization("team-a")
+            .common_name("mallory"),
+    );
+    let api_client = SignerProfile::kube_apiserver_client();
+    let found = api_client.validate(&masters, CLIENT);
+    assert_eq!(
+        found.iter().map(|v| v.code).collect::<Vec<_>>(),
+        vec![ViolationCode::SubjectPrivilegedGroup]
+    );
+    assert!(found[0].message.contains("\"system:masters\""), "{}", found[0]);
+    assert!(!found[0].message.contains("team-a"), "{}", found[0]);
+
+    // A custom signer name registered with the client profile: same refusal.
+    let mut registry = crate::SignerRegistry::builtin();
+    registry.register("example.com/anything", SignerProfile::kube_apiserver_client());
+    let custom = registry.profile("example.com/anything").unwrap();
+    assert_eq!(
+        codes(custom, &masters, CLIENT),
+        vec![ViolationCode::SubjectPrivilegedGroup]
+    );
+
+    // The operator's list, applied to profiles registered before and after.
+    let admins = build(
+        CsrBuilder::new()
+            .organization("acme:admins")
+            .common_name("mallory"),
+    );
+    assert!(codes(custom, &admins, CLIENT).is_empty());
+    registry.forbid_organizations(["acme:admins"]);
+    registry.register("example.com/later", SignerProfile::kube_apiserver_client());
+    for name in ["example.com/anything", "example.com/later", crate::KUBE_APISERVER_CLIENT] {
+        let profile = registry.profile(name).unwrap();
+        assert_eq!(
+            codes(profile, &admins, CLIENT),
+            vec![ViolationCode::SubjectPrivilegedGroup],
+            "{name}"
+        );
+    }
+    assert!(SignerProfile::kube_apiserver_client().allows_client_auth());
+    assert!(!SignerProfile::kubelet_serving().allows_client_auth());
+    assert!(SignerProfile::kubelet_serving().allows_server_auth());
 }
