@@ -132,7 +132,7 @@ pub struct RuleResult {
 }
 
 impl RuleResult {
-    fn pass(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn pass(code: &'static str, message: impl Into<String>) -> Self {
         RuleResult {
             code,
             passed: true,
@@ -140,7 +140,7 @@ impl RuleResult {
         }
     }
 
-    fn fail(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn fail(code: &'static str, message: impl Into<String>) -> Self {
         RuleResult {
             code,
             passed: false,
@@ -197,6 +197,8 @@ impl Policy {
         for rule in &self.rules {
             run(rule, registry, facts, context, &mut reasons);
         }
+        // Whatever the rules say, some names are never issued.
+        reasons.extend(crate::serving::never_issued(facts, context));
         // An empty rule list never approves (validate() rejects it, but fields are public).
         let verdict = if !reasons.is_empty() && reasons.iter().all(|r| r.passed) {
             Verdict::Approve
@@ -238,13 +240,28 @@ fn run(
         Rule::NodeMustNotExist => node_must_not_exist(facts, ctx),
         Rule::NodeMustExist => node_must_exist(facts, ctx),
         Rule::SansWithinNodeAddresses => sans_within_node_addresses(facts, ctx),
+        Rule::SansFromTrustedSources {
+            node_name,
+            machine_addresses,
+            cidrs,
+            dns_patterns,
+        } => crate::serving::sans_from_trusted_sources(
+            &crate::serving::TrustedSources {
+                node_name: *node_name,
+                machine_addresses: *machine_addresses,
+                cidrs,
+                dns_patterns,
+            },
+            facts,
+            ctx,
+        ),
         Rule::MaxDurationSeconds { max } => max_duration(*max, facts),
         Rule::SubjectAccessReview { kind } => subject_access_review(*kind, facts, ctx),
         Rule::Attestation {
             required,
             providers,
         } => attestation(*required, providers, facts, ctx),
-        Rule::SupersededByNewer => superseded(ctx),
+        Rule::SupersededByNewer => superseded(facts, ctx),
         Rule::MachineMustExist => machine_must_exist(facts, ctx),
         Rule::MachineNotLinked => machine_not_linked(facts, ctx),
         Rule::MachineBootstrapReady => machine_bootstrap_ready(facts, ctx),
@@ -357,10 +374,29 @@ fn node_must_not_exist(facts: &CsrFacts, ctx: &Context) -> RuleResult {
                 node.name
             ),
         ),
-        Ok(None) => RuleResult::pass(
-            CODE,
-            format!("no node {:?} exists yet", facts.node_name().unwrap_or("")),
-        ),
+        Ok(None) => match &ctx.name_reservation {
+            Some(r) => {
+                let name = facts.node_name().unwrap_or("");
+                let holder = if r.holder_visible {
+                    format!("CSR {}", r.holder_csr)
+                } else {
+                    "an earlier approved CSR".to_owned()
+                };
+                RuleResult::fail(
+                    CODE,
+                    format!(
+                        "node name {name:?} is reserved by {holder} until its Node registers or its certificate expires; a second request for a new node's name is denied"
+                    ),
+                )
+            }
+            None => RuleResult::pass(
+                CODE,
+                format!(
+                    "no node {:?} exists yet and its name is not reserved",
+                    facts.node_name().unwrap_or("")
+                ),
+            ),
+        },
     }
 }
 
@@ -586,6 +622,17 @@ fn attestation(
             );
         }
     }
+    // An empty list means "any provider but insecure": insecure proves nothing and must always
+    // be named to be accepted.
+    if let Some(Ok(id)) = &ctx.attestation
+        && id.provider == INSECURE_PROVIDER
+        && !providers.iter().any(|p| p == INSECURE_PROVIDER)
+    {
+        return RuleResult::fail(
+            CODE,
+            "attested by the insecure provider, which proves nothing and is accepted only where the policy names it in providers",
+        );
+    }
     match &ctx.attestation {
         Some(Ok(id)) if providers.is_empty() || providers.contains(&id.provider) => {
             RuleResult::pass(
@@ -612,17 +659,43 @@ fn attestation(
     }
 }
 
-fn superseded(ctx: &Context) -> RuleResult {
-    const CODE: &str = "dedup.superseded";
-    if ctx.newer_pending_from_same_node {
-        RuleResult::fail(CODE, "superseded by a newer pending CSR from the same node")
-    } else {
-        RuleResult::pass(CODE, "no newer pending CSR from the same node")
+/// Code of [`Rule::SupersededByNewer`] when the node itself asks.
+pub const CODE_SUPERSEDED: &str = "dedup.superseded";
+/// Code of [`Rule::SupersededByNewer`] when a shared credential asks and an older pending CSR
+/// for the same node name exists (the approver holds such a CSR rather than denying it).
+pub const CODE_OLDER_PENDING: &str = "dedup.older_pending";
+
+fn superseded(facts: &CsrFacts, ctx: &Context) -> RuleResult {
+    // The node itself asking: its own newer request replaces its older ones.
+    if facts.common_name() == Some(facts.username.as_str()) {
+        return if ctx.newer_pending_from_same_node {
+            RuleResult::fail(
+                CODE_SUPERSEDED,
+                "superseded by a newer pending CSR from the same node",
+            )
+        } else {
+            RuleResult::pass(CODE_SUPERSEDED, "no newer pending CSR from the same node")
+        };
+    }
+    // A shared credential: whoever asked first for a name is decided first; a newer request
+    // never displaces an older one (an attacker with the same token could otherwise get a
+    // joining node's name by asking again).
+    match &ctx.older_pending_for_name {
+        Some(older) => RuleResult::fail(
+            CODE_OLDER_PENDING,
+            format!(
+                "an older pending CSR {older} asks for the same node name; the first request is decided first"
+            ),
+        ),
+        None => RuleResult::pass(
+            CODE_OLDER_PENDING,
+            "no older pending CSR asks for the same node name",
+        ),
     }
 }
 
 /// The one Machine in the context that matches the node the request names.
-fn the_machine<'a>(facts: &CsrFacts, ctx: &'a Context) -> Result<&'a MachineFacts, String> {
+pub(crate) fn the_machine<'a>(facts: &CsrFacts, ctx: &'a Context) -> Result<&'a MachineFacts, String> {
     let Some(name) = facts.node_name() else {
         return Err(format!(
             "the request's common name {:?} does not name a node (system:node:<name>)",

@@ -60,6 +60,21 @@ pub struct Context {
     pub attestation: Option<Result<AttestationSummary, String>>,
     /// Whether a newer pending CSR from the same node (same signer and requester) exists.
     pub newer_pending_from_same_node: bool,
+    /// An older pending CSR, covered by the same policy, that asks for the same node name
+    /// (its object name), if any: among requests from a shared credential (a bootstrap token)
+    /// the first one is decided first, and a newer one never displaces it.
+    pub older_pending_for_name: Option<String>,
+    /// The reservation of the requested node name, if one exists: a new node's name is
+    /// reserved from the approval of its bootstrap CSR until its Node registers or its
+    /// certificate expires, and `nodeMustNotExist` fails for every other CSR asking for it.
+    pub name_reservation: Option<NameReservation>,
+    /// What the cluster's operators (not its nodes) say about the cluster: the Service range
+    /// and kube-apiserver's own names, which a node certificate may never carry.
+    pub cluster: ClusterFacts,
+    /// Other Nodes and Machines that already hold one of the request's DNS or IP SANs (the
+    /// caller looks up only the request's SANs). A serving certificate is never issued for an
+    /// address someone else holds.
+    pub san_holders: Vec<SanHolder>,
     /// The inventory Machines (Cluster API or OpenShift) the caller found for the node the
     /// request names. Match them the way the Machine approvers do, with
     /// [`MachineFacts::matches_node`]: a Machine whose `status.nodeRef.name` is the node name,
@@ -71,7 +86,8 @@ pub struct Context {
 
 impl Context {
     /// A context at `now` with nothing looked up: no Node, no SAR answers, no attestation, no
-    /// newer duplicate, no Machines.
+    /// duplicates, no reservation, no Machines, no holders, and an unknown Service range (so
+    /// IP SANs fail `sans.never_issued` until the caller sets [`ClusterFacts::service_cidrs`]).
     pub fn empty(now: Timestamp) -> Self {
         Context {
             now,
@@ -79,9 +95,47 @@ impl Context {
             sar: SarAnswers::default(),
             attestation: None,
             newer_pending_from_same_node: false,
+            older_pending_for_name: None,
+            name_reservation: None,
+            cluster: ClusterFacts::default(),
+            san_holders: Vec::new(),
             machines: Vec::new(),
         }
     }
+}
+
+/// A reservation of a node name (see [`Context::name_reservation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameReservation {
+    /// The object name of the CSR holding it.
+    pub holder_csr: String,
+    /// Whether the requester may see that CSR (it may list CSRs): only then does a denial name
+    /// it, so a denial never tells a requester more than it could already read.
+    pub holder_visible: bool,
+}
+
+/// Facts about the cluster that only its operators write (see [`Context::cluster`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterFacts {
+    /// The Service IP ranges (`ServiceCIDR` objects, i.e. kube-apiserver's
+    /// `--service-cluster-ip-range`). `None`: not known, and every IP SAN then fails
+    /// `sans.never_issued` (it cannot be shown to lie outside the range).
+    pub service_cidrs: Option<Vec<crate::Cidr>>,
+    /// DNS names kube-apiserver serves as, besides the built-in `kubernetes`,
+    /// `kubernetes.default`, `kubernetes.default.svc` and `kubernetes.default.svc.<domain>`:
+    /// the DNS SANs of its serving certificate, and the operator's own.
+    pub apiserver_names: Vec<String>,
+    /// IP addresses kube-apiserver serves at (the IP SANs of its serving certificate).
+    pub apiserver_ips: Vec<std::net::IpAddr>,
+}
+
+/// Someone other than the requesting node that holds an address (see [`Context::san_holders`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SanHolder {
+    /// The SAN as the request has it: a DNS name, or an IP address in text form.
+    pub san: String,
+    /// Who holds it, for the message: e.g. `Node "worker-2"`.
+    pub holder: String,
 }
 
 /// A Node object, reduced to what rules read.

@@ -40,11 +40,12 @@
 //! | `{rule: cnMatchesUsername}` | CN == `spec.username` | `subject.cn_matches_username` |
 //! | `{rule: requesterGroup, anyOf: [g, ...]}` | the requester is in one of the groups | `requester.group` |
 //! | `{rule: nodeMustNotExist}` / `{rule: nodeMustExist}` | the named Node does not / does exist | `node.must_not_exist` / `node.must_exist` |
-//! | `{rule: sansWithinNodeAddresses}` | DNS SANs among the Node's Hostname/InternalDNS/ExternalDNS, IP SANs among InternalIP/ExternalIP | `sans.within_node_addresses` |
+//! | `{rule: sansWithinNodeAddresses}` | DNS SANs among the Node's Hostname/InternalDNS/ExternalDNS, IP SANs among InternalIP/ExternalIP (the node writes these: only narrows) | `sans.within_node_addresses` |
+//! | `{rule: sansFromTrustedSources, nodeName: true, machineAddresses: false, cidrs: [..], dnsPatterns: [..]}` | every DNS/IP SAN from a fact the node cannot write: its own name, its Machine's addresses, operator-declared ranges | `sans.trusted_source` |
 //! | `{rule: maxDurationSeconds, max: N}` | `expirationSeconds` present and ≤ N | `duration.max` |
 //! | `{rule: subjectAccessReview, kind: nodeClient\|selfNodeClient\|nodeClientOrSelf}` | upstream's SAR recognizers | `sar.nodeclient`, `sar.selfnodeclient`, `sar.nodeclient_or_self` |
-//! | `{rule: attestation, required: B, providers: [p, ...]}` | a verified attestation (by one of `providers`, seed 001's `authorizedAttestors`; empty: any); a rejected one always fails; the `insecure` provider only ever passes for a kubelet client bootstrap, never a renewal (requester is a node) or another signer | `attestation` |
-//! | `{rule: supersededByNewer}` | no newer pending CSR from the same node | `dedup.superseded` |
+//! | `{rule: attestation, required: B, providers: [p, ...]}` | a verified attestation (by one of `providers`, seed 001's `authorizedAttestors`; empty: any but `insecure`, which must be named); a rejected one always fails; the `insecure` provider only ever passes for a kubelet client bootstrap, never a renewal (requester is a node) or another signer | `attestation` |
+//! | `{rule: supersededByNewer}` | the node itself asking: no newer pending CSR of its own; a shared credential asking: no older pending CSR for the same name (first wins) | `dedup.superseded` / `dedup.older_pending` |
 //! | `{rule: machineMustExist}` | exactly one Machine matches the node | `machine.must_exist` |
 //! | `{rule: machineNotLinked}` | its `nodeRef` is empty or this node | `machine.not_linked` |
 //! | `{rule: machineBootstrapReady}` | Cluster API `bootstrapReady` is true | `machine.bootstrap_ready` |
@@ -56,6 +57,13 @@
 //! | `{rule: sansIpInCidrs, cidrs: [10.0.0.0/8, ...]}` | every IP SAN inside one CIDR | `sans.ip_in_cidrs` |
 //! | `{rule: sansMaxCount, max: N}` | at most N SANs of all kinds | `sans.max_count` |
 //! | `{rule: keyAlgorithm, allowed: [ecdsaP256, ecdsaP384, ed25519, rsa], minRsaBits: N}` | key type allowed; RSA at least N bits | `key.algorithm` |
+//!
+//! Every policy also gets `sans.never_issued` for a request with DNS or IP SANs, whatever its
+//! rules: no wildcard, no kube-apiserver name (`kubernetes`, `kubernetes.default`,
+//! `kubernetes.default.svc[.<domain>]`, its certificate's SANs), no loopback, link-local,
+//! unspecified, multicast or broadcast address, nothing in the Service range (unknown range: IP
+//! SANs fail), nothing another Node or Machine holds ([`Context::san_holders`]). A policy that
+//! covers a serving signer must have `sansFromTrustedSources` or `sansWithinMachineAddresses`.
 //!
 //! Machine rules find the node's Machine among [`Context::machines`] with
 //! [`MachineFacts::matches_node`] (nodeRef, or a Hostname/InternalDNS address equal to the node
@@ -94,13 +102,15 @@
 //!
 //! ```
 //! use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
-//! use nodeauth_policy::{Context, CsrFacts, NodeFacts, Policy, Verdict};
+//! use nodeauth_policy::{ClusterFacts, Cidr, Context, CsrFacts, NodeFacts, Policy, Verdict};
 //!
-//! // A kubelet asks for a serving certificate for two of its addresses and one other name.
+//! // A kubelet asks for a serving certificate for its name, its IP, another name, and the
+//! // kube-apiserver's in-cluster name; it listed them all in its own Node.status.addresses.
 //! let key = CsrSigningKey::generate_p256()?;
 //! let pem = CsrBuilder::kubelet_serving("worker-1")
-//!     .dns_name("worker-1.internal")
+//!     .dns_name("worker-1")
 //!     .dns_name("evil.example.com")
+//!     .dns_name("kubernetes.default.svc")
 //!     .ip_address("10.0.0.5".parse()?)
 //!     .build(&key)?;
 //! let facts = CsrFacts {
@@ -115,20 +125,30 @@
 //!     request: parse(pem.as_bytes())?,
 //! };
 //! let mut context = Context::empty("2025-01-01T00:00:05Z".parse()?);
+//! context.cluster = ClusterFacts {
+//!     service_cidrs: Some(vec![Cidr::new("10.96.0.0/12")]),
+//!     ..ClusterFacts::default()
+//! };
+//! let addresses = ["worker-1", "evil.example.com", "kubernetes.default.svc"];
 //! context.node = Some(NodeFacts {
 //!     name: "worker-1".into(),
-//!     addresses: vec![
-//!         ("InternalIP".into(), "10.0.0.5".into()),
-//!         ("InternalDNS".into(), "worker-1.internal".into()),
-//!     ],
+//!     addresses: addresses
+//!         .iter()
+//!         .map(|a| ("Hostname".to_owned(), a.to_string()))
+//!         .chain([("InternalIP".to_owned(), "10.0.0.5".to_owned())])
+//!         .collect(),
 //! });
 //!
+//! // The node wrote those addresses itself: they narrow, but only the node's own name is a
+//! // trusted source in the `serving` preset, and kube-apiserver's names are never issued.
 //! let decision = Policy::serving().evaluate(&facts, &context);
 //! assert_eq!(decision.verdict, Verdict::Deny);
-//! let failed: Vec<_> = decision.failures().collect();
-//! assert_eq!(failed.len(), 1);
-//! assert_eq!(failed[0].code, "sans.within_node_addresses");
-//! assert!(failed[0].message.contains("DNS:evil.example.com"));
+//! let failed: Vec<_> = decision.failures().map(|r| r.code).collect();
+//! assert_eq!(failed, ["sans.trusted_source", "sans.never_issued"]);
+//! let message = decision.condition_message();
+//! assert!(message.contains("DNS:evil.example.com"), "{message}");
+//! assert!(message.contains("IP:10.0.0.5"), "{message}");
+//! assert!(message.contains("DNS:kubernetes.default.svc (a name of kube-apiserver"), "{message}");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
@@ -149,14 +169,16 @@ mod facts;
 #[cfg(feature = "k8s")]
 pub mod k8s;
 mod policy;
+mod serving;
 mod set;
 
 pub use engine::{
-    CODE_REQUESTER_NOT_COVERED, CODE_SIGNER_NOT_COVERED, Decision, MAX_CONDITION_MESSAGE_BYTES,
-    RuleResult, Verdict,
+    CODE_OLDER_PENDING, CODE_REQUESTER_NOT_COVERED, CODE_SIGNER_NOT_COVERED, CODE_SUPERSEDED,
+    Decision, MAX_CONDITION_MESSAGE_BYTES, RuleResult, Verdict,
 };
 pub use facts::{
-    AttestationSummary, Context, CsrFacts, MachineFacts, MachineKind, NodeFacts, SarAnswers,
+    AttestationSummary, ClusterFacts, Context, CsrFacts, MachineFacts, MachineKind,
+    NameReservation, NodeFacts, SanHolder, SarAnswers,
 };
 pub use policy::{
     Cidr, DEFAULT_CLOCK_SKEW_SECONDS, DnsPattern, KeyType, MAX_PATTERN_LEN,

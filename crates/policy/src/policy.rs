@@ -115,7 +115,35 @@ pub enum Rule {
     /// Every DNS SAN is one of the Node's `Hostname`/`InternalDNS`/`ExternalDNS` addresses
     /// (case-insensitive, trailing dot ignored) and every IP SAN one of its
     /// `InternalIP`/`ExternalIP` addresses. No DNS lookups. Code `sans.within_node_addresses`.
+    ///
+    /// The node writes its own `Node.status.addresses` (NodeRestriction lets it, and
+    /// kube-apiserver checks no values), so this rule may only narrow: a policy for a serving
+    /// signer must also have [`Rule::SansFromTrustedSources`] or
+    /// [`Rule::SansWithinMachineAddresses`] ([`Policy::validate`] refuses it otherwise).
     SansWithinNodeAddresses,
+    /// Every DNS and IP SAN comes from a fact the node cannot write about itself: the node's
+    /// own name (a DNS SAN equal to the name its client certificate authenticates, reserved at
+    /// its bootstrap), the addresses of its Machine (written by the infrastructure provider),
+    /// or ranges the operator declares for the node pool (`cidrs` for IP SANs, `dnsPatterns`
+    /// for DNS SANs). A SAN covered by none of the enabled sources fails, naming it.
+    /// Code `sans.trusted_source`.
+    #[serde(rename_all = "camelCase")]
+    SansFromTrustedSources {
+        /// A DNS SAN equal to the node name is trusted (default true).
+        #[serde(default = "yes", skip_serializing_if = "is_true")]
+        node_name: bool,
+        /// The addresses of the node's Machine are trusted (default false; needs the approver
+        /// to read Machines).
+        #[serde(default, skip_serializing_if = "is_false")]
+        machine_addresses: bool,
+        /// IP ranges declared by the operator for this pool of nodes.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cidrs: Vec<Cidr>,
+        /// DNS patterns declared by the operator for this pool of nodes (anchored,
+        /// case-insensitive, like [`Rule::SansDnsMatch`]).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dns_patterns: Vec<DnsPattern>,
+    },
     /// `spec.expirationSeconds` is present and at most `max`. A CSR without it fails: the
     /// signer's default duration (a year upstream) would apply. Code `duration.max`.
     MaxDurationSeconds {
@@ -137,8 +165,13 @@ pub enum Rule {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         providers: Vec<String>,
     },
-    /// Fails when a newer pending CSR from the same node exists, so older duplicates are denied
-    /// with that reason instead of piling up. Code `dedup.superseded`.
+    /// Duplicates. When the node itself asks (CN == `spec.username`: a renewal or a serving
+    /// certificate), a newer pending CSR of its own supersedes this one, so older duplicates
+    /// are denied with that reason instead of piling up (code `dedup.superseded`). When a
+    /// shared credential asks (a bootstrap token), the first pending CSR for a node name wins:
+    /// this one fails while an older pending CSR for the same name exists (code
+    /// `dedup.older_pending`; the approver holds such a CSR undecided until the older one is
+    /// decided), so a newer request never displaces an older one.
     SupersededByNewer,
     /// Exactly one inventory Machine matches the node the request names (see
     /// [`Context::machines`](crate::Context::machines)). Code `machine.must_exist`.
@@ -446,6 +479,7 @@ impl Rule {
             Rule::NodeMustNotExist => "nodeMustNotExist",
             Rule::NodeMustExist => "nodeMustExist",
             Rule::SansWithinNodeAddresses => "sansWithinNodeAddresses",
+            Rule::SansFromTrustedSources { .. } => "sansFromTrustedSources",
             Rule::MaxDurationSeconds { .. } => "maxDurationSeconds",
             Rule::SubjectAccessReview { .. } => "subjectAccessReview",
             Rule::Attestation { .. } => "attestation",
@@ -475,6 +509,19 @@ impl Rule {
                 | Rule::MachineCreatedWithin { .. }
                 | Rule::SansWithinMachineAddresses
                 | Rule::ProviderIdMatchesMachine
+                | Rule::SansFromTrustedSources {
+                    machine_addresses: true,
+                    ..
+                }
+        )
+    }
+
+    /// Whether the rule limits SANs to facts the node cannot write (see
+    /// [`Rule::SansWithinNodeAddresses`]).
+    pub fn trusts_only_what_nodes_cannot_write(&self) -> bool {
+        matches!(
+            self,
+            Rule::SansFromTrustedSources { .. } | Rule::SansWithinMachineAddresses
         )
     }
 
@@ -504,6 +551,36 @@ impl Rule {
                 cidr.error()
                     .map(|e| (format!("cidrs[{i}]"), format!("invalid CIDR: {e}")))
             }),
+            Rule::SansFromTrustedSources {
+                node_name: false,
+                machine_addresses: false,
+                cidrs,
+                dns_patterns,
+            } if cidrs.is_empty() && dns_patterns.is_empty() => field(
+                "nodeName",
+                "is false and no other source (machineAddresses, cidrs, dnsPatterns) is enabled: no SAN could ever pass".to_owned(),
+            ),
+            Rule::SansFromTrustedSources {
+                cidrs,
+                dns_patterns,
+                ..
+            } => cidrs
+                .iter()
+                .enumerate()
+                .find_map(|(i, cidr)| {
+                    cidr.error()
+                        .map(|e| (format!("cidrs[{i}]"), format!("invalid CIDR: {e}")))
+                })
+                .or_else(|| {
+                    dns_patterns.iter().enumerate().find_map(|(i, p)| {
+                        p.error().map(|e| {
+                            (
+                                format!("dnsPatterns[{i}]"),
+                                format!("invalid regular expression: {e}"),
+                            )
+                        })
+                    })
+                }),
             Rule::KeyAlgorithm { allowed, .. } if allowed.is_empty() => {
                 field("allowed", "must not be empty".to_owned())
             }
@@ -520,6 +597,12 @@ impl Rule {
 
 fn yes() -> bool {
     true
+}
+
+// serde's `skip_serializing_if` passes a reference.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 // serde's `skip_serializing_if` passes a reference.
@@ -582,6 +665,16 @@ impl Policy {
             if let Some((field, why)) = rule.problem() {
                 return invalid(&format!("rules[{index}] ({}).{field} {why}", rule.name()));
             }
+        }
+        if let Some(signer) = self.signers.iter().find(|s| is_serving_signer(s))
+            && !self
+                .rules
+                .iter()
+                .any(Rule::trusts_only_what_nodes_cannot_write)
+        {
+            return invalid(&format!(
+                "covers the serving signer {signer} but no rule limits its SANs to facts the node cannot write: add sansFromTrustedSources (the node name, operator-declared cidrs/dnsPatterns, Machine addresses) or sansWithinMachineAddresses; sansWithinNodeAddresses reads Node.status.addresses, which the node writes itself, and may only narrow"
+            ));
         }
         Ok(())
     }
@@ -647,9 +740,12 @@ impl Policy {
         }
     }
 
-    /// Kubelet serving certificates without DNS: the CSR profile, CN == username, a requester in
-    /// `system:nodes`, an existing Node, and every SAN among that Node's addresses. Denies with
-    /// every failed rule.
+    /// Kubelet serving certificates without DNS lookups: the CSR profile, CN == username, a
+    /// requester in `system:nodes`, an existing Node, every SAN among that Node's addresses
+    /// (which only narrows: the node writes them) and from a trusted source, which here is the
+    /// node's own name alone: DNS SANs other than the node name and every IP SAN fail. For IP
+    /// SANs, copy it and list your node subnets in `sansFromTrustedSources.cidrs`, or use
+    /// Machine addresses (the `capi` and `openshift` presets). Denies with every failed rule.
     pub fn serving() -> Policy {
         Policy {
             name: "serving".to_owned(),
@@ -666,6 +762,12 @@ impl Policy {
                 },
                 Rule::NodeMustExist,
                 Rule::SansWithinNodeAddresses,
+                Rule::SansFromTrustedSources {
+                    node_name: true,
+                    machine_addresses: false,
+                    cidrs: Vec::new(),
+                    dns_patterns: Vec::new(),
+                },
             ],
         }
     }
@@ -877,6 +979,23 @@ pub const OPENSHIFT_NODE_BOOTSTRAPPER_GROUP: &str =
 const NODES_GROUP: &str = "system:nodes";
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 const BOOTSTRAP_USER_PREFIX: &str = "system:bootstrap:";
+
+/// Whether a policy's signer entry (an exact name or a `prefix*` pattern) can name a signer of
+/// serving certificates: one whose built-in profile allows `server auth`.
+fn is_serving_signer(entry: &str) -> bool {
+    const SERVING: [&str; 2] = [
+        nodeauth_csr::KUBELET_SERVING,
+        nodeauth_csr::CAPI_KUBELET_SERVING_PREFIX,
+    ];
+    match entry.strip_suffix('*') {
+        Some(prefix) => SERVING
+            .iter()
+            .any(|s| s.starts_with(prefix) || prefix.starts_with(s)),
+        None => nodeauth_csr::SignerRegistry::builtin()
+            .profile(entry)
+            .is_some_and(nodeauth_csr::SignerProfile::allows_server_auth),
+    }
+}
 
 fn node_requesters() -> Requesters {
     Requesters {

@@ -253,23 +253,31 @@ fn serving_preset_checks_sans_against_node_addresses() {
         &Policy::serving(),
         vec![
             Case {
-                name: "SANs within the node's addresses are approved",
-                facts: serving(
-                    "worker-1",
-                    &["worker-1", "WORKER-1.internal"],
-                    &["10.0.0.5", "203.0.113.7"],
-                ),
+                name: "the node's own name, among its addresses, is approved",
+                facts: serving("worker-1", &["worker-1"], &[]),
                 context: with_node(),
                 verdict: Verdict::Approve,
                 failed: &[],
                 mentions: "",
             },
             Case {
-                name: "a DNS SAN outside the addresses is denied and named",
-                facts: serving("worker-1", &["worker-1", "evil.example.com"], &["10.0.0.5"]),
+                name: "addresses the node wrote itself are not enough: IP SANs need a trusted source",
+                facts: serving(
+                    "worker-1",
+                    &["worker-1", "WORKER-1.internal"],
+                    &["10.0.0.5", "203.0.113.7"],
+                ),
                 context: with_node(),
                 verdict: Verdict::Deny,
-                failed: &["sans.within_node_addresses"],
+                failed: &["sans.trusted_source"],
+                mentions: "DNS:WORKER-1.internal, IP:10.0.0.5, IP:203.0.113.7",
+            },
+            Case {
+                name: "a DNS SAN outside the addresses is denied and named",
+                facts: serving("worker-1", &["worker-1", "evil.example.com"], &[]),
+                context: with_node(),
+                verdict: Verdict::Deny,
+                failed: &["sans.within_node_addresses", "sans.trusted_source"],
                 mentions: "DNS:evil.example.com",
             },
             Case {
@@ -277,7 +285,7 @@ fn serving_preset_checks_sans_against_node_addresses() {
                 facts: serving("worker-1", &["worker-1"], &["10.9.9.9"]),
                 context: with_node(),
                 verdict: Verdict::Deny,
-                failed: &["sans.within_node_addresses"],
+                failed: &["sans.within_node_addresses", "sans.trusted_source"],
                 mentions: "IP:10.9.9.9",
             },
             Case {
@@ -291,7 +299,7 @@ fn serving_preset_checks_sans_against_node_addresses() {
                     ctx
                 },
                 verdict: Verdict::Deny,
-                failed: &["sans.within_node_addresses"],
+                failed: &["sans.within_node_addresses", "sans.trusted_source"],
                 mentions: "IP:10.0.0.6",
             },
             Case {

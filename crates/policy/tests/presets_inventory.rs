@@ -485,17 +485,19 @@ fn capi_client_bootstrap() {
                 mentions: "i-other",
             },
             Case {
-                // [S001-insecure] the insecure signer exists for bootstrap ("Always Allow").
-                name: "insecure provider on the insecure signer, bootstrap: approved",
+                // [S001-insecure] the insecure signer exists for bootstrap ("Always Allow"), but
+                // insecure proves nothing: an empty provider list means "any provider but
+                // insecure"; a copy of the preset that names it approves (next test).
+                name: "insecure provider on the insecure signer, bootstrap: denied unless named",
                 facts: capi_bootstrap(
                     INSECURE_CLIENT,
                     CsrBuilder::kubelet_client("worker-1").provider_id(PROVIDER_ID),
                 ),
                 context: capi_ctx(Some("insecure")),
-                verdict: Verdict::Approve,
+                verdict: Verdict::Deny,
                 policy: capi,
-                failed: &[],
-                mentions: "",
+                failed: &["attestation"],
+                mentions: "accepted only where the policy names it",
             },
             Case {
                 // [S001-core] "limited to needed usages (e.g. client auth)".
@@ -656,7 +658,8 @@ fn capi_renewal_and_serving() {
                 context: renewal_ctx(None),
                 verdict: Verdict::Deny,
                 policy: "capi-serving",
-                failed: &["sans.within_machine_addresses"],
+                // Also a name of kube-apiserver: never issued, whatever the policy.
+                failed: &["sans.within_machine_addresses", "sans.never_issued"],
                 mentions: "DNS:kubernetes.default",
             },
             Case {
@@ -697,4 +700,24 @@ fn inventory_presets_are_valid_and_named() {
         assert_eq!(PolicySet::from_yaml(&yaml).expect(name), set, "{yaml}");
     }
     assert!(PolicySet::preset("nope").is_none());
+}
+
+/// A copy of the capi-client preset that names `insecure` (seed 001's insecure signer) approves
+/// an insecure bootstrap; only naming it does.
+#[test]
+fn insecure_is_accepted_only_where_named() {
+    let mut policy = nodeauth_policy::Policy::capi_client();
+    for rule in &mut policy.rules {
+        if let nodeauth_policy::Rule::Attestation { providers, .. } = rule {
+            *providers = vec!["insecure".into()];
+        }
+    }
+    let facts = capi_bootstrap(
+        INSECURE_CLIENT,
+        CsrBuilder::kubelet_client("worker-1").provider_id(PROVIDER_ID),
+    );
+    let decision = policy.evaluate(&facts, &capi_ctx(Some("insecure")));
+    assert_eq!(decision.verdict, Verdict::Approve, "{decision:#?}");
+    let decision = nodeauth_policy::Policy::capi_client().evaluate(&facts, &capi_ctx(Some("insecure")));
+    assert_eq!(decision.verdict, Verdict::Deny, "{decision:#?}");
 }

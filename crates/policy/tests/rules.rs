@@ -23,16 +23,29 @@ fn only(rule: Rule) -> Policy {
 /// The single result of evaluating one rule.
 fn result(rule: Rule, facts: &CsrFacts, ctx: &Context) -> RuleResult {
     let policy = only(rule);
-    policy.validate().expect("valid rule");
+    // The rule's own settings (a serving policy also needs a trusted SAN source; not this
+    // rule's business).
+    Policy {
+        signers: vec![CLIENT_SIGNER.into()],
+        ..policy.clone()
+    }
+    .validate()
+    .expect("valid rule");
     let decision = policy.evaluate(facts, ctx);
-    assert_eq!(decision.reasons.len(), 1, "{decision:#?}");
-    let verdict = if decision.reasons[0].passed {
+    // The rule's result, then, for a request with SANs, the never-issued check every policy
+    // gets.
+    let (own, rest) = decision.reasons.split_first().expect("a result");
+    assert!(
+        rest.iter().all(|r| r.code == "sans.never_issued"),
+        "{decision:#?}"
+    );
+    let verdict = if decision.reasons.iter().all(|r| r.passed) {
         Verdict::Approve
     } else {
         Verdict::Deny
     };
     assert_eq!(decision.verdict, verdict);
-    decision.reasons[0].clone()
+    own.clone()
 }
 
 #[test]
@@ -297,7 +310,7 @@ fn machine_bootstrap_ready_unknown_fails() {
 fn insecure_attestation_only_for_client_bootstrap() {
     let rule = || Rule::Attestation {
         required: false,
-        providers: vec![],
+        providers: vec!["insecure".into()],
     };
     let mut ctx = context();
     ctx.attestation = attested("insecure", None);
@@ -309,14 +322,27 @@ fn insecure_attestation_only_for_client_bootstrap() {
         )
         .passed
     );
+    // An empty provider list means any provider but insecure, which must be named.
+    for required in [true, false] {
+        let any = Rule::Attestation {
+            required,
+            providers: vec![],
+        };
+        let r = result(any, &client("w", BOOTSTRAP_USER, &[BOOTSTRAP_GROUP]), &ctx);
+        assert!(!r.passed && r.message.contains("names it"), "{r:?}");
+    }
     let renewal = client("w", "system:node:w", &["system:nodes"]);
     let r = result(rule(), &renewal, &ctx);
     assert!(!r.passed && r.message.contains("renewal"), "{r:?}");
     let r = result(rule(), &serving("w", &["w"], &[]), &ctx);
     assert!(!r.passed && r.message.contains("kubelet-serving"), "{r:?}");
-    // Another provider is fine for the same renewal.
+    // Another provider is fine for the same renewal (when accepted).
     ctx.attestation = attested("tpm", None);
-    assert!(result(rule(), &renewal, &ctx).passed);
+    let any = Rule::Attestation {
+        required: false,
+        providers: vec![],
+    };
+    assert!(result(any, &renewal, &ctx).passed);
 }
 
 fn decision(verdict: Verdict, failures: &[(&'static str, &str)]) -> Decision {
@@ -375,7 +401,7 @@ fn condition_reason_and_message() {
     assert_eq!(approved.condition_reason(), "NodeauthPolicyApproved");
     assert_eq!(
         approved.condition_message(),
-        "approved by policy serving: all 5 rules passed"
+        "approved by policy serving: all 7 rules passed"
     );
     let denied = decision(
         Verdict::Deny,

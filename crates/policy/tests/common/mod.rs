@@ -70,8 +70,12 @@ pub fn serving(node: &str, dns: &[&str], ips: &[&str]) -> CsrFacts {
     )
 }
 
+/// A context with nothing looked up but the Service range (`10.96.0.0/12`), as the approver
+/// always knows it.
 pub fn context() -> Context {
-    Context::empty("2025-01-01T00:00:05Z".parse().expect("time"))
+    let mut ctx = Context::empty("2025-01-01T00:00:05Z".parse().expect("time"));
+    ctx.cluster.service_cidrs = Some(vec![nodeauth_policy::Cidr::new("10.96.0.0/12")]);
+    ctx
 }
 
 pub fn node(name: &str, addresses: &[(&str, &str)]) -> NodeFacts {
