@@ -81,7 +81,64 @@ pub struct Slot {
     pub spec: SignerSpec,
     profile: SignerProfile,
     policy: IssuePolicy,
+    client_trusted: Arc<ClientTrusted>,
     loaded: Mutex<Loaded>,
+}
+
+/// The CA certificates clients trust for kube-apiserver (the signer's own kubeconfig, the
+/// `kube-root-ca.crt` ConfigMap every pod mounts), by public key. A signer of serving
+/// certificates must never sign with one of them: its certificates would pass TLS verification
+/// as kube-apiserver (`kubernetes.default.svc`) for every pod and kubeconfig.
+#[derive(Debug, Default)]
+pub struct ClientTrusted {
+    /// (where it was found, SubjectPublicKeyInfo DER).
+    keys: Vec<(String, Vec<u8>)>,
+}
+
+/// The SubjectPublicKeyInfo of every certificate in a PEM bundle (others are skipped).
+fn pem_spkis(pem: &[u8]) -> Vec<Vec<u8>> {
+    x509_parser::pem::Pem::iter_from_buffer(pem)
+        .filter_map(Result::ok)
+        .filter_map(|p| der_spki(&p.contents))
+        .collect()
+}
+
+fn der_spki(der: &[u8]) -> Option<Vec<u8>> {
+    x509_parser::parse_x509_certificate(der)
+        .ok()
+        .map(|(_, c)| c.tbs_certificate.subject_pki.raw.to_vec())
+}
+
+impl ClientTrusted {
+    /// Adds DER certificates (a kubeconfig's `certificate-authority-data`, decoded).
+    pub fn add_der(&mut self, source: &str, certs: &[Vec<u8>]) {
+        for der in certs {
+            if let Some(spki) = der_spki(der) {
+                self.keys.push((source.to_owned(), spki));
+            }
+        }
+    }
+
+    /// Adds a PEM bundle (the `ca.crt` of `kube-root-ca.crt`).
+    pub fn add_pem(&mut self, source: &str, pem: &[u8]) {
+        for spki in pem_spkis(pem) {
+            self.keys.push((source.to_owned(), spki));
+        }
+    }
+
+    /// How many CA keys are known.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Where `cert_pem`'s first certificate's key is trusted by clients, if it is.
+    fn trusted_as(&self, cert_pem: &[u8]) -> Option<&str> {
+        let spki = pem_spkis(cert_pem).into_iter().next()?;
+        self.keys
+            .iter()
+            .find(|(_, k)| *k == spki)
+            .map(|(source, _)| source.as_str())
+    }
 }
 
 /// What a refresh found.
@@ -96,6 +153,7 @@ fn load(
     spec: &SignerSpec,
     profile: &SignerProfile,
     policy: &IssuePolicy,
+    client_trusted: &ClientTrusted,
 ) -> Result<Loaded, String> {
     let before = (
         stamp(&spec.cert).map_err(|e| format!("{}: {e}", spec.cert.display()))?,
@@ -103,6 +161,15 @@ fn load(
     );
     let cert = std::fs::read(&spec.cert).map_err(|e| format!("{}: {e}", spec.cert.display()))?;
     let key = std::fs::read(&spec.key).map_err(|e| format!("{}: {e}", spec.key.display()))?;
+    if profile.allows_server_auth()
+        && let Some(source) = client_trusted.trusted_as(&cert)
+    {
+        return Err(format!(
+            "signer {}: refusing to sign serving certificates with the CA in {}: clients trust that CA for kube-apiserver (it is in {source}), so any certificate it signed for server auth would pass TLS verification as kube-apiserver (kubernetes.default.svc) for every pod and kubeconfig; give this signer a CA of its own",
+            spec.name,
+            spec.cert.display()
+        ));
+    }
     let ca = CertificateAuthority::from_pem(&cert, &key)
         .map_err(|e| format!("signer {}: {e}", spec.name))?;
     Ok(Loaded {
@@ -117,13 +184,24 @@ fn load(
 }
 
 impl Slot {
-    pub fn new(spec: SignerSpec, policy: IssuePolicy) -> Result<Self, String> {
-        let profile = profile_for(&spec)?;
-        let loaded = load(&spec, &profile, &policy)?;
+    /// `forbidden_groups`: organizations no client certificate of this signer may carry, on
+    /// top of `system:masters` (always refused).
+    pub fn new(
+        spec: SignerSpec,
+        policy: IssuePolicy,
+        forbidden_groups: &[String],
+        client_trusted: Arc<ClientTrusted>,
+    ) -> Result<Self, String> {
+        let mut profile = profile_for(&spec)?;
+        profile
+            .forbidden_organizations
+            .extend(forbidden_groups.iter().cloned());
+        let loaded = load(&spec, &profile, &policy, &client_trusted)?;
         Ok(Self {
             spec,
             profile,
             policy,
+            client_trusted,
             loaded: Mutex::new(loaded),
         })
     }
@@ -137,7 +215,7 @@ impl Slot {
         let now = (stamp(&self.spec.cert), stamp(&self.spec.key));
         let refresh = match now {
             (Ok(c), Ok(k)) if (c, k) == guard.stamps => Refresh::Unchanged,
-            _ => match load(&self.spec, &self.profile, &self.policy) {
+            _ => match load(&self.spec, &self.profile, &self.policy, &self.client_trusted) {
                 Ok(fresh) => {
                     *guard = fresh;
                     Refresh::Reloaded

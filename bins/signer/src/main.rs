@@ -43,7 +43,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use cas::{Refresh, SignerSpec, Slot, Slots, parse_signer_spec};
+use cas::{ClientTrusted, Refresh, SignerSpec, Slot, Slots, parse_signer_spec};
 
 const CONTROLLER: &str = "signer";
 const FIELD_MANAGER: &str = "nodeauth-signer";
@@ -152,6 +152,12 @@ struct Cli {
     #[arg(long, env = "NODEAUTH_GC_EXPIRED", default_value_t = true, action = clap::ArgAction::Set)]
     gc_expired: bool,
 
+    /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
+    /// which is always refused whatever the signer's name or profile: your cluster-admin
+    /// groups, say. Repeatable, or comma-separated.
+    #[arg(long = "forbidden-group", env = "NODEAUTH_FORBIDDEN_GROUPS", value_delimiter = ',')]
+    forbidden_groups: Vec<String>,
+
     /// Namespace of the CA bundle ConfigMaps (when ClusterTrustBundles are not served).
     #[arg(
         long,
@@ -222,9 +228,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         append_chain: cli.append_chain,
         ..IssuePolicy::default()
     };
+    // What clients of kube-apiserver trust: a serving signer must never sign with it.
+    let config = nodeauth_runtime::kube_config(&cli.runtime).await?;
+    let mut client_trusted = ClientTrusted::default();
+    client_trusted.add_der(
+        "the signer's own kubeconfig (certificate-authority)",
+        config.root_cert.as_deref().unwrap_or(&[]),
+    );
+    let namespace = config.default_namespace.clone();
+    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
+    let client = rt.client().clone();
+    let root_ca: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    match root_ca.get_opt("kube-root-ca.crt").await {
+        Ok(Some(cm)) => {
+            if let Some(pem) = cm.data.as_ref().and_then(|d| d.get("ca.crt")) {
+                client_trusted.add_pem(
+                    &format!("the ConfigMap {namespace}/kube-root-ca.crt that every pod mounts"),
+                    pem.as_bytes(),
+                );
+            }
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(namespace, error = %e, "reading kube-root-ca.crt (the CA bundle pods trust for kube-apiserver)"),
+    }
+    tracing::info!(keys = client_trusted.len(), "CA keys clients trust for kube-apiserver (never used to sign serving certificates)");
+    let client_trusted = Arc::new(client_trusted);
     let mut slots = Slots::new();
     for spec in &cli.signers {
-        let slot = Slot::new(spec.clone(), policy.clone())?;
+        let slot = Slot::new(
+            spec.clone(),
+            policy.clone(),
+            &cli.forbidden_groups,
+            client_trusted.clone(),
+        )?;
         let (signer, _) = slot.current();
         tracing::info!(signer = %spec.name, ca = %signer.ca.subject(), key = %signer.ca.key_type(),
             not_after = %signer.ca.not_after(), "loaded CA");
@@ -232,8 +268,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("signer {} given twice", spec.name).into());
         }
     }
-    let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
-    let client = rt.client().clone();
     let metrics = SignerMetrics {
         issued: Family::default(),
         failures: Family::default(),

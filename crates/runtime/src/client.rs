@@ -17,7 +17,20 @@ use crate::error::ClientError;
 /// [`ClientError::Kubeconfig`] if the named file cannot be loaded, [`ClientError::Infer`] if no
 /// configuration can be found, [`ClientError::Build`] if the client cannot be built from it.
 pub async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, ClientError> {
-    let config = match &args.kubeconfig {
+    let config = kube_config(args).await?;
+    tracing::debug!(cluster_url = %config.cluster_url, namespace = %config.default_namespace, "kubernetes client configured");
+    kube::Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// The client configuration [`kube_client`] builds its client from: where kube-apiserver is
+/// and which CA certificates the client trusts for it (`root_cert`), for controllers that must
+/// know what clients of kube-apiserver trust (the signer refuses to issue serving certificates
+/// from such a CA).
+///
+/// # Errors
+/// As [`kube_client`], except [`ClientError::Build`].
+pub async fn kube_config(args: &ControllerArgs) -> Result<Config, ClientError> {
+    Ok(match &args.kubeconfig {
         Some(path) => {
             let kubeconfig =
                 Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
@@ -32,7 +45,5 @@ pub async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, ClientEr
                 })?
         }
         None => Config::infer().await.map_err(ClientError::Infer)?,
-    };
-    tracing::debug!(cluster_url = %config.cluster_url, namespace = %config.default_namespace, "kubernetes client configured");
-    kube::Client::try_from(config).map_err(ClientError::Build)
+    })
 }

@@ -79,7 +79,7 @@ mod shutdown;
 
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
-pub use client::kube_client;
+pub use client::{kube_client, kube_config};
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };
