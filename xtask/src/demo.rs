@@ -194,9 +194,18 @@ async fn demo(state: &Path) -> Result<()> {
         &manifests::deploy_dir().join("cluster-info-rbac.yaml"),
     )
     .await?;
-    // The signer uses the cluster CA for both kubelet signers (as kubeadm configures
-    // kube-controller-manager), so kube-apiserver already trusts its client certificates.
+    // The kubelet client signer uses the cluster CA (as kubeadm configures
+    // kube-controller-manager), so kube-apiserver already trusts its client certificates. The
+    // serving signer gets a CA of its own: a serving certificate from a CA that clients trust
+    // for kube-apiserver would pass as kube-apiserver, and the signer refuses such a CA.
     let (ca_crt, ca_key) = (state.join("pki/ca.crt"), state.join("pki/ca.key"));
+    let serving_ca = nodeauth_testenv::pki::Ca::new("nodeauth-kubelet-serving-ca")?;
+    let (serving_crt, serving_key) = (
+        state.join("pki/kubelet-serving-ca.crt"),
+        state.join("pki/kubelet-serving-ca.key"),
+    );
+    std::fs::write(&serving_crt, &serving_ca.pair().cert_pem)?;
+    nodeauth_testenv::pki::write_private(&serving_key, serving_ca.pair().key_pem.as_bytes())?;
     let s = t.step("manufacturing a software TPM (swtpm: EK + EK certificate from its local CA)");
     let tpm = Swtpm::start()?;
     let (ek_issuer, ek_root) = Swtpm::ek_ca_chain_pem()?;
@@ -229,10 +238,18 @@ async fn demo(state: &Path) -> Result<()> {
         ),
         (
             "signer",
-            [CLIENT_SIGNER, SERVING_SIGNER]
-                .iter()
-                .map(|n| format!("--signer={n}={},{}", ca_crt.display(), ca_key.display()))
-                .collect(),
+            vec![
+                format!(
+                    "--signer={CLIENT_SIGNER}={},{}",
+                    ca_crt.display(),
+                    ca_key.display()
+                ),
+                format!(
+                    "--signer={SERVING_SIGNER}={},{}",
+                    serving_crt.display(),
+                    serving_key.display()
+                ),
+            ],
         ),
     ];
     let mut health_ports = vec![];
@@ -439,7 +456,7 @@ async fn demo(state: &Path) -> Result<()> {
         )
         .await?;
     let addresses = serde_json::json!({"status": {"addresses": [
-        {"type": "InternalIP", "address": "10.0.0.11"}, {"type": "Hostname", "address": node}
+        {"type": "InternalIP", "address": "198.51.100.11"}, {"type": "Hostname", "address": node}
     ]}});
     nodes
         .patch_status(
@@ -449,7 +466,7 @@ async fn demo(state: &Path) -> Result<()> {
         )
         .await?;
     t.detail(format!(
-        "as system:node:{node} it registered Node {node} (InternalIP 10.0.0.11)"
+        "as system:node:{node} it registered Node {node} (InternalIP 198.51.100.11)"
     ));
 
     t.step(&format!(
@@ -496,7 +513,7 @@ async fn demo(state: &Path) -> Result<()> {
         "run".into(),
         "--serving".into(),
         format!("--serving-dns={node}"),
-        "--serving-ip=10.0.0.11".into(),
+        "--serving-ip=198.51.100.11".into(),
         "--no-host-addresses".into(),
         "--metrics-bind-address=0".into(),
         "--health-bind-address=0".into(),
@@ -519,7 +536,7 @@ async fn demo(state: &Path) -> Result<()> {
     for c in csrs.list(&Default::default()).await?.items {
         if c.spec.signer_name == SERVING_SIGNER {
             t.detail(format!(
-                "serving CSR {} (DNS:{node}, IP:10.0.0.11) in {took:.1?}: {}",
+                "serving CSR {} (DNS:{node}, IP:198.51.100.11) in {took:.1?}: {}",
                 c.metadata.name.unwrap_or_default(),
                 decision(&c.status)
             ));

@@ -14,7 +14,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeauth_policy::k8s::{csr_facts, csr_state, node_facts};
-use nodeauth_policy::{Context, CsrFacts, Decision, Policy, Rule, RuleResult, Verdict};
+use nodeauth_policy::{
+    CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation, Policy, Rule, RuleResult,
+    SanHolder, Verdict,
+};
 use nodeauth_runtime::{EventPublisher, ReconcileMetrics};
 
 use crate::lookups::{self, Attestation, LookupError};
@@ -42,6 +45,43 @@ pub struct Ctx {
     pub reconciles: ReconcileMetrics,
     /// Consecutive failures per CSR name, for backoff.
     pub failures: nodeauth_runtime::PerObjectBackoff,
+    /// The Service range and kube-apiserver's names.
+    pub cluster: Arc<crate::cluster::Cluster>,
+    /// Node-name reservations.
+    pub reservations: Arc<crate::reservations::Reservations>,
+    /// Common names of CSRs by uid (a CSR's request never changes), so duplicate checks do
+    /// not parse every pending CSR again on every reconcile.
+    pub common_names: CommonNames,
+}
+
+/// Common names of CSRs, by uid.
+#[derive(Default)]
+pub struct CommonNames(std::sync::Mutex<std::collections::HashMap<String, Option<String>>>);
+
+/// Common names remembered before the cache starts over.
+const MAX_COMMON_NAMES: usize = 100_000;
+
+impl CommonNames {
+    fn of(&self, csr: &CertificateSigningRequest) -> Option<String> {
+        let uid = csr.metadata.uid.as_deref().unwrap_or("");
+        if let Ok(map) = self.0.lock()
+            && let Some(cn) = map.get(uid)
+        {
+            return cn.clone();
+        }
+        let cn = nodeauth_csr::parse(&csr.spec.request.0)
+            .ok()
+            .and_then(|r| r.subject().common_name().map(str::to_owned));
+        if !uid.is_empty()
+            && let Ok(mut map) = self.0.lock()
+        {
+            if map.len() >= MAX_COMMON_NAMES {
+                map.clear();
+            }
+            map.insert(uid.to_owned(), cn.clone());
+        }
+        cn
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +145,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         .find(|p| p.covers_signer(&spec.signer_name) && p.requesters.covers(username, groups))
     else {
         tracing::debug!(csr = name, signer = %spec.signer_name, requester = username, "no policy covers this CSR; leaving it alone");
+        ctx.metrics.left_alone("no_policy");
         return Ok(Action::await_change());
     };
     let now = jiff::Timestamp::now();
@@ -127,17 +168,49 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             return record(csr, name, &spec.signer_name, username, None, decision, ctx).await;
         }
     };
-    let context = lookup(csr, &facts, policy, now, ctx)
+    let lookup_error = |source| Error::Lookup {
+        name: name.to_owned(),
+        source,
+    };
+    let mut context = lookup(csr, &facts, policy, now, ctx)
         .await
-        .map_err(|source| Error::Lookup {
-            name: name.to_owned(),
-            source,
-        })?;
+        .map_err(lookup_error)?;
     let started = Instant::now();
-    let decision = policy.evaluate(&facts, &context);
+    let mut decision = policy.evaluate(&facts, &context);
     ctx.metrics
         .evaluation
         .observe(started.elapsed().as_secs_f64());
+
+    // The first request for a name from a shared credential is decided first: hold this one
+    // (undecided) while an older one is pending, rather than deny a node that may be real.
+    if decision.verdict == Verdict::Deny && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
+    {
+        tracing::debug!(csr = name, "an older pending CSR asks for the same name; holding");
+        ctx.metrics.left_alone("held_older_pending");
+        return Ok(Action::requeue(Duration::from_secs(2)));
+    }
+
+    // A new node's name is reserved before its approval is written; if another CSR got it
+    // first (another replica, a paused leader, a lagging cache), this one is denied instead.
+    if decision.verdict == Verdict::Approve
+        && !ctx.dry_run
+        && policy.rules.contains(&Rule::NodeMustNotExist)
+        && let Some(node) = facts.node_name()
+    {
+        let uid = csr.metadata.uid.as_deref().unwrap_or("");
+        let reserved = ctx
+            .reservations
+            .reserve(node, name, uid, facts.expiration_seconds)
+            .await
+            .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
+        if let crate::reservations::Reserve::HeldBy(holder) = reserved {
+            context.name_reservation = Some(NameReservation {
+                holder_visible: lookups::may_list_csrs(&ctx.client, &facts).await,
+                holder_csr: holder,
+            });
+            decision = policy.evaluate(&facts, &context);
+        }
+    }
 
     // A kubelet may create its serving CSR a moment before our Node cache has its Node.
     if decision.verdict == Verdict::Deny
@@ -150,6 +223,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                 csr = name,
                 "its Node is not known yet; waiting before denying"
             );
+            ctx.metrics.left_alone("waiting_for_node");
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
     }
@@ -169,6 +243,65 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
 /// Rule codes that fail only because the Node is missing (waited for, up to `--node-wait`).
 const NEEDS_NODE: &[&str] = &["node.must_exist", "sans.within_node_addresses"];
 
+/// Nodes (other than `node`) and Machines (other than `node`'s) whose addresses include one of
+/// the request's DNS or IP SANs.
+fn san_holders(facts: &CsrFacts, node: Option<&str>, ctx: &Ctx) -> Vec<SanHolder> {
+    let sans = &facts.request.extensions().subject_alt_names;
+    if sans.dns.is_empty() && sans.ip.is_empty() {
+        return Vec::new();
+    }
+    let requested = |address: &str| {
+        let address_ip = address
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .map(|a| a.to_canonical());
+        let dns = sans.dns.iter().find(|d| {
+            let d = d.strip_suffix('.').unwrap_or(d);
+            let a = address.strip_suffix('.').unwrap_or(address);
+            !a.is_empty() && d.eq_ignore_ascii_case(a)
+        });
+        let ip = sans
+            .ip
+            .iter()
+            .find(|ip| Some(ip.to_canonical()) == address_ip);
+        dns.cloned().or_else(|| ip.map(ToString::to_string))
+    };
+    let mut holders = Vec::new();
+    for other in ctx.nodes.state() {
+        let other_name = other.name_any();
+        if Some(other_name.as_str()) == node {
+            continue;
+        }
+        for (_, address) in node_facts(&other).addresses {
+            if let Some(san) = requested(&address) {
+                holders.push(SanHolder {
+                    san,
+                    holder: format!("Node {other_name:?}"),
+                });
+            }
+        }
+    }
+    for machine in crate::inventory::all_machines(&ctx.machines) {
+        if node.is_some_and(|n| machine.matches_node(n)) {
+            continue;
+        }
+        for (_, address) in &machine.addresses {
+            if let Some(san) = requested(address) {
+                holders.push(SanHolder {
+                    san,
+                    holder: format!(
+                        "{} Machine {}/{}",
+                        machine.kind.api_group(),
+                        machine.namespace,
+                        machine.name
+                    ),
+                });
+            }
+        }
+    }
+    holders
+}
+
 async fn lookup(
     csr: &CertificateSigningRequest,
     facts: &CsrFacts,
@@ -180,6 +313,17 @@ async fn lookup(
     if let Some(node) = facts.node_name() {
         context.node = ctx.nodes.get(&ObjectRef::new(node)).map(|n| node_facts(&n));
     }
+    context.cluster = ctx.cluster.facts();
+    context.san_holders = san_holders(facts, facts.node_name(), ctx);
+    if policy.rules.contains(&Rule::NodeMustNotExist)
+        && let Some(node) = facts.node_name()
+        && let Some(holder) = ctx.reservations.held_by_other(node, &csr.name_any())
+    {
+        context.name_reservation = Some(NameReservation {
+            holder_visible: lookups::may_list_csrs(&ctx.client, facts).await,
+            holder_csr: holder,
+        });
+    }
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
     if reads(|r| matches!(r, Rule::SubjectAccessReview { .. })) {
         context.sar = lookups::subject_access_reviews(&ctx.client, facts).await?;
@@ -189,7 +333,11 @@ async fn lookup(
         context.attestation = ctx.attestation.check(uid, facts).await?;
     }
     if reads(|r| matches!(r, Rule::SupersededByNewer)) {
-        context.newer_pending_from_same_node = newer_pending(csr, facts, ctx);
+        if facts.common_name() == Some(facts.username.as_str()) {
+            context.newer_pending_from_same_node = newer_pending(csr, facts, ctx);
+        } else {
+            context.older_pending_for_name = older_pending_for_name(csr, facts, policy, ctx);
+        }
     }
     if let Some(node) = facts.node_name()
         && policy.rules.iter().any(Rule::reads_machines)
@@ -199,13 +347,18 @@ async fn lookup(
     Ok(context)
 }
 
+/// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties).
+fn asked_at(csr: &CertificateSigningRequest) -> (Option<jiff::Timestamp>, String) {
+    (
+        csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        csr.name_any(),
+    )
+}
+
 /// Whether a pending CSR newer than this one asks the same signer for the same subject on
 /// behalf of the same requester (a retrying node's later attempt).
 fn newer_pending(csr: &CertificateSigningRequest, facts: &CsrFacts, ctx: &Ctx) -> bool {
-    let ours = (
-        csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        csr.name_any(),
-    );
+    let ours = asked_at(csr);
     let Some(cn) = facts.common_name() else {
         return false;
     };
@@ -213,14 +366,37 @@ fn newer_pending(csr: &CertificateSigningRequest, facts: &CsrFacts, ctx: &Ctx) -
         other.spec.signer_name == facts.signer_name
             && other.spec.username.as_deref().unwrap_or("") == facts.username
             && !csr_state(other).is_decided()
-            && (
-                other.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                other.name_any(),
-            ) > ours
-            && nodeauth_csr::parse(&other.spec.request.0)
-                .ok()
-                .is_some_and(|r| r.subject().common_name() == Some(cn))
+            && asked_at(other) > ours
+            && ctx.common_names.of(other).as_deref() == Some(cn)
     })
+}
+
+/// The oldest pending CSR older than this one, covered by the same policy, that asks for the
+/// same common name (any requester: two token holders racing for one name).
+fn older_pending_for_name(
+    csr: &CertificateSigningRequest,
+    facts: &CsrFacts,
+    policy: &Policy,
+    ctx: &Ctx,
+) -> Option<String> {
+    let ours = asked_at(csr);
+    let cn = facts.common_name()?;
+    ctx.csr_store
+        .state()
+        .iter()
+        .filter(|other| {
+            policy.covers_signer(&other.spec.signer_name)
+                && policy.requesters.covers(
+                    other.spec.username.as_deref().unwrap_or(""),
+                    other.spec.groups.as_deref().unwrap_or(&[]),
+                )
+                && !csr_state(other).is_decided()
+                && asked_at(other) < ours
+                && ctx.common_names.of(other).as_deref() == Some(cn)
+        })
+        .map(|other| asked_at(other))
+        .min()
+        .map(|(_, name)| name)
 }
 
 async fn record(
@@ -249,6 +425,8 @@ async fn record(
         annotate(csr, name, &decision, ctx).await?;
     } else if decision.verdict != Verdict::Abstain {
         write_decision(csr, name, &decision, &message, ctx).await?;
+    } else {
+        ctx.metrics.left_alone("abstained");
     }
     ctx.metrics
         .decisions
@@ -311,7 +489,16 @@ async fn write_decision(
         .await
     {
         Ok(_) => {}
-        Err(e) if is_status(&e, 404) => return Ok(()),
+        Err(e) if is_status(&e, 404) => {
+            // Gone before its approval was written: free the name it may have reserved.
+            if decision.verdict == Verdict::Approve
+                && let Ok(facts) = csr_facts(csr, jiff::Timestamp::now())
+                && let Some(node) = facts.node_name()
+            {
+                ctx.reservations.release(node, name).await;
+            }
+            return Ok(());
+        }
         Err(source) => {
             return Err(Error::Write {
                 name: name.to_owned(),

@@ -167,18 +167,22 @@ pub fn machines_for(
     stores: &[(MachineKind, Store<DynamicObject>)],
     node: &str,
 ) -> Vec<MachineFacts> {
-    let mut out = Vec::new();
-    for (kind, store) in stores {
-        for object in store.state() {
-            let Ok(value) = serde_json::to_value(&*object) else {
-                continue;
-            };
-            if let Some(m) = machine_facts(*kind, &value)
-                && m.matches_node(node)
-            {
-                out.push(m);
-            }
-        }
-    }
-    out
+    all_machines(stores)
+        .into_iter()
+        .filter(|m| m.matches_node(node))
+        .collect()
+}
+
+/// Every Machine in the stores, as facts (for the addresses other Machines hold).
+pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<MachineFacts> {
+    stores
+        .iter()
+        .flat_map(|(kind, store)| {
+            store.state().into_iter().filter_map(move |m| {
+                serde_json::to_value(m.as_ref())
+                    .ok()
+                    .and_then(|v| machine_facts(*kind, &v))
+            })
+        })
+        .collect()
 }

@@ -21,6 +21,8 @@ pub enum LookupError {
     Sar(#[source] kube::Error),
     #[error("attestation could not be checked now (will retry): {0}")]
     AttestationTransient(String),
+    #[error("reserving the node name: {0}")]
+    Reservation(#[source] kube::Error),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +84,32 @@ pub async fn subject_access_reviews(
         nodeclient: Some(nodeclient),
         selfnodeclient: Some(selfnodeclient),
     })
+}
+
+/// Whether the requester may list CSRs (and so already sees which names are joining): only
+/// then does a denial name the CSR that holds a reserved name. Any error counts as "no".
+pub async fn may_list_csrs(client: &kube::Client, facts: &CsrFacts) -> bool {
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(facts.username.clone()),
+            uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
+            groups: Some(facts.groups.clone()),
+            extra: Some(facts.extra.clone().into_iter().collect())
+                .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("certificatesigningrequests".into()),
+                verb: Some("list".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &review)
+        .await
+        .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))
 }
 
 /// Verifies attestation evidence in CSRs with the configured providers. A verified outcome is

@@ -12,12 +12,14 @@
 //! - `--dry-run` records the decision in an annotation and the log and decides nothing;
 //! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
 
+mod cluster;
 mod decide;
 mod endpoint;
 mod inventory;
 mod lookups;
 mod metrics;
 mod policies;
+mod reservations;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +28,9 @@ use std::time::Duration;
 use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector;
@@ -106,6 +110,33 @@ struct Cli {
     )]
     tofu_namespace: String,
 
+    /// Namespace of the node-name reservations (Leases `nodeauth-name-<hash>`): a new node's
+    /// name is reserved from its approval until its Node registers or the reservation runs out,
+    /// and every other bootstrap CSR for it is denied.
+    #[arg(
+        long,
+        env = "NODEAUTH_RESERVATION_NAMESPACE",
+        default_value = "nodeauth-system"
+    )]
+    reservation_namespace: String,
+
+    /// How long a name reservation lasts when the CSR asks for no shorter certificate: the
+    /// longest client certificate your signer issues (its --max-duration).
+    #[arg(long, env = "NODEAUTH_NAME_RESERVATION_TTL", default_value = "8760h", value_parser = nodeauth_runtime::parse_duration)]
+    name_reservation_ttl: Duration,
+
+    /// The cluster's Service IP range(s), never issued in a serving certificate. Default: read
+    /// from the ServiceCIDR objects (kube-apiserver's --service-cluster-ip-range). Until the
+    /// range is known, every IP SAN is refused.
+    #[arg(long = "service-cidr", env = "NODEAUTH_SERVICE_CIDRS", value_delimiter = ',')]
+    service_cidrs: Vec<String>,
+
+    /// More names kube-apiserver is reached by (a load balancer's name, say), never issued in a
+    /// serving certificate; the SANs of the certificate it serves are read at start and
+    /// `kubernetes`, `kubernetes.default`, `kubernetes.default.svc[.<domain>]` always count.
+    #[arg(long = "apiserver-name", env = "NODEAUTH_APISERVER_NAMES", value_delimiter = ',')]
+    apiserver_names: Vec<String>,
+
     #[command(flatten)]
     runtime: ControllerArgs,
 }
@@ -150,6 +181,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "policies loaded"
     );
     let policies = Arc::new(policies::Policies::new(flag_policies));
+    let service_cidrs: Vec<nodeauth_policy::Cidr> = cli
+        .service_cidrs
+        .iter()
+        .map(|c| nodeauth_policy::Cidr::new(c.as_str()))
+        .collect();
+    if let Some(bad) = service_cidrs.iter().find(|c| c.error().is_some()) {
+        return Err(format!(
+            "--service-cidr {:?}: {}",
+            bad.as_str(),
+            bad.error().unwrap_or("")
+        )
+        .into());
+    }
+    let config = nodeauth_runtime::kube_config(&cli.runtime).await?;
+    let (mut apiserver_names, apiserver_ips) = match config.cluster_url.host() {
+        Some(host) => {
+            let port = config.cluster_url.port_u16().unwrap_or(443);
+            cluster::apiserver_sans(host, port).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "reading kube-apiserver's certificate SANs; only --apiserver-name and the built-in names are refused");
+                (Vec::new(), Vec::new())
+            })
+        }
+        None => (Vec::new(), Vec::new()),
+    };
+    apiserver_names.extend(cli.apiserver_names.iter().cloned());
+    tracing::info!(names = ?apiserver_names, ips = ?apiserver_ips, "kube-apiserver's names: never issued");
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
     let client = rt.client().clone();
     let metrics = metrics::Metrics::register(rt.metrics());
@@ -184,16 +241,50 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
         let nodes_api: Api<Node> = Api::all(client.clone());
         let (nodes, node_writer) = reflector::store();
+        let leases: Api<Lease> = Api::namespaced(client.clone(), &cli.reservation_namespace);
+        let (lease_store, lease_writer) = reflector::store();
+        let drive_leases = reflector::reflector(
+            lease_writer,
+            watcher(
+                leases,
+                watcher::Config::default().labels(&format!("{}=true", reservations::LABEL)),
+            ),
+        )
+        .default_backoff()
+        .touched_objects()
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "watching name reservations");
+            }
+            async {}
+        });
+        let reservations = Arc::new(reservations::Reservations::new(
+            &client,
+            &cli.reservation_namespace,
+            lease_store,
+            cli.name_reservation_ttl,
+        ));
+        let registered = reservations.clone();
         let drive_nodes =
             reflector::reflector(node_writer, watcher(nodes_api, watcher::Config::default()))
                 .default_backoff()
                 .touched_objects()
-                .for_each(|r| {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "watching nodes");
+                .for_each(move |r| {
+                    let reservations = registered.clone();
+                    async move {
+                        match r {
+                            // A registered Node releases its name's reservation once it is gone.
+                            Ok(node) => reservations.node_registered(&node.name_any()).await,
+                            Err(e) => tracing::warn!(error = %e, "watching nodes"),
+                        }
                     }
-                    async {}
                 });
+        let (cluster, drive_cluster) = cluster::Cluster::start(
+            &client,
+            service_cidrs,
+            apiserver_names,
+            apiserver_ips,
+        );
         let inventory = inventory::Inventory::start(
             &client,
             &cli.machines,
@@ -219,13 +310,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Duration::from_millis(250),
                 Duration::from_secs(120),
             ),
+            cluster: cluster.clone(),
+            reservations,
+            common_names: decide::CommonNames::default(),
         });
         tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
         let caches = inventory.ready();
         let run_controller = async move {
             // Deciding with an empty Node cache would approve impostors ("no node of that
             // name"); likewise for Machines and served policies: wait for the first lists.
-            if nodes.wait_until_ready().await.is_err() || !caches.await {
+            if nodes.wait_until_ready().await.is_err() || !caches.await || !cluster.ready().await
+            {
                 return;
             }
             synced.set_ready(true);
@@ -241,6 +336,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         tokio::select! {
             () = drive_nodes => tracing::error!("the node watch ended"),
+            () = drive_leases => tracing::error!("the name reservation watch ended"),
+            () = drive_cluster => tracing::error!("the servicecidr watch ended"),
             () = inventory.run() => tracing::error!("the machine/policy watches ended"),
             () = run_controller => {}
         }

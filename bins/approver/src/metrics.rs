@@ -28,6 +28,11 @@ pub struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignerLabels {
     pub signer: String,
 }
@@ -44,6 +49,19 @@ pub struct Metrics {
     pub pending: Family<SignerLabels, Gauge>,
     /// `nodeauth_approver_oldest_pending_seconds{signer}`: age of the oldest pending CSR.
     pub oldest_pending: Family<SignerLabels, Gauge>,
+    /// `nodeauth_approver_left_alone_total{reason}`: looks at a CSR that wrote nothing, by why:
+    /// `no_policy` (no policy covers its signer and requester), `abstained` (its policy
+    /// abstained), `held_older_pending` (an older request for the same name goes first),
+    /// `waiting_for_node` (its Node is not known yet). The label is never the signer: anyone
+    /// who may create CSRs picks signer names, and must not grow this family.
+    pub left_alone: Family<ReasonLabels, Counter>,
+}
+
+impl Metrics {
+    /// Counts one look at a CSR that wrote nothing (see [`Metrics::left_alone`]).
+    pub fn left_alone(&self, reason: &'static str) {
+        self.left_alone.get_or_create(&ReasonLabels { reason }).inc();
+    }
 }
 
 impl Metrics {
@@ -54,7 +72,13 @@ impl Metrics {
             evaluation: Histogram::new([1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2]),
             pending: Family::default(),
             oldest_pending: Family::default(),
+            left_alone: Family::default(),
         };
+        registry.register(
+            "nodeauth_approver_left_alone",
+            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node)",
+            m.left_alone.clone(),
+        );
         registry.register(
             "nodeauth_approver_decisions",
             "Decisions made (written, or recorded in dry-run), by verdict, signer and policy",

@@ -92,7 +92,7 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
         .expect("an InternalIP");
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, &nodeauth.ca.cert_pem).unwrap();
+    std::fs::write(&ca, &nodeauth.serving_ca.cert_pem).unwrap();
     let mut verified = String::new();
     for _ in 0..100 {
         let served = std::process::Command::new("openssl")

@@ -50,6 +50,7 @@ fn creation_to_decision(csr: &CertificateSigningRequest) -> Duration {
 async fn a_serving_csr_waits_for_its_node_then_is_approved() {
     let _ = approver().await;
     let node = unique_name("late-node");
+    let ip = unique_ip();
     // The node's own identity exists before its Node object (as for a kubelet that creates its
     // serving CSR right after registering, before the approver's cache has the Node).
     let client = node_client(&node).await;
@@ -57,7 +58,7 @@ async fn a_serving_csr_waits_for_its_node_then_is_approved() {
         &client,
         SERVING_SIGNER,
         SERVING_USAGES,
-        serving_csr(&node, "10.4.0.7"),
+        serving_csr(&node, &ip),
     )
     .await;
     // Well inside the wait, with the Node still missing: undecided.
@@ -70,7 +71,7 @@ async fn a_serving_csr_waits_for_its_node_then_is_approved() {
         "decided before --node-wait elapsed: {:?}",
         decisions(&csr)
     );
-    create_node(&node, &[("InternalIP", "10.4.0.7"), ("Hostname", &node)]).await;
+    create_node(&node, &[("InternalIP", &ip), ("Hostname", &node)]).await;
     let csr = decided(&name, 30).await;
     let d = decisions(&csr);
     assert_eq!(d[0].0, "Approved", "{d:?}");
@@ -85,7 +86,7 @@ async fn a_serving_csr_without_a_node_is_denied_once_the_wait_is_over() {
         &client,
         SERVING_SIGNER,
         SERVING_USAGES,
-        serving_csr(&node, "10.4.0.8"),
+        serving_csr(&node, &unique_ip()),
     )
     .await;
     let csr = decided(&name, NODE_WAIT_SECS + 30).await;

@@ -5,8 +5,18 @@
 //! status updates, certificate rotation, serving — on a machine with no container runtime.
 //! Each kubelet gets its own node name, CRI socket, port, cert dir and root dir, and serves on
 //! 127.0.0.1 only.
+//!
+//! Each kubelet also gets its own node IP (`--node-ip`), from [`NODE_IP_PREFIX`]: an IPv6
+//! documentation address (RFC 3849) assigned to the loopback interface for the kubelet's
+//! lifetime, because a kubelet accepts only a node IP that is on one of the host's interfaces.
+//! Nothing ever sends traffic there (the kubelet serves on 127.0.0.1); the address exists so
+//! that kubelets on one machine hold distinct addresses, as nodes do, and nodeauth (which never
+//! issues an address another Node holds) can give each a serving certificate. Needs root, as
+//! the harness has.
 
+use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use crate::process::{self, Lifetime, Process};
@@ -60,15 +70,62 @@ impl KubeletOptions {
     }
 }
 
+/// Where kubelets' node IPs come from (see the module docs): `2001:db8:6e61:<pid>::<n>`.
+pub const NODE_IP_PREFIX: &str = "2001:db8:6e61::/48";
+
+/// A node IP assigned to `lo` while it lives.
+#[derive(Debug)]
+struct NodeIp(Ipv6Addr);
+
+impl NodeIp {
+    fn allocate() -> Result<Self, Error> {
+        static NEXT: AtomicU16 = AtomicU16::new(1);
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        #[allow(clippy::cast_possible_truncation)] // the pid's two halves
+        let ip = Ipv6Addr::new(
+            0x2001,
+            0x0db8,
+            0x6e61,
+            (pid >> 16) as u16,
+            pid as u16,
+            0,
+            0,
+            n,
+        );
+        let out = std::process::Command::new("ip")
+            .args(["-6", "addr", "replace", &format!("{ip}/128"), "dev", "lo"])
+            .output()
+            .map_err(|e| Error::io("running `ip` to give a kubelet its node IP".into(), e))?;
+        if !out.status.success() {
+            return Err(Error::Other(format!(
+                "assigning the kubelet's node IP {ip} to lo (needs root): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(NodeIp(ip))
+    }
+}
+
+impl Drop for NodeIp {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["-6", "addr", "del", &format!("{}/128", self.0), "dev", "lo"])
+            .output();
+    }
+}
+
 /// A running kubelet and its fake CRI; both stopped on drop.
 #[derive(Debug)]
 pub struct Kubelet {
     node_name: String,
     port: u16,
     dir: PathBuf,
-    // Field order matters: the kubelet stops before its runtime.
+    // Field order matters: the kubelet stops before its runtime, and both before the node IP
+    // goes.
     kubelet: Process,
     _cri: Process,
+    node_ip: NodeIp,
 }
 
 impl Kubelet {
@@ -80,6 +137,11 @@ impl Kubelet {
     /// The kubelet's HTTPS port on 127.0.0.1.
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Its node IP (`--node-ip`, its Node's InternalIP), from [`NODE_IP_PREFIX`].
+    pub fn node_ip(&self) -> Ipv6Addr {
+        self.node_ip.0
     }
 
     /// `--cert-dir` (`kubelet-client-current.pem`, `kubelet-server-current.pem`, ...).
@@ -165,7 +227,9 @@ authorization:
         };
         let config_path = write("config.yaml", &config)?;
         let kubeconfig_path = dir.join("kubelet.kubeconfig");
+        let node_ip = NodeIp::allocate()?;
         let mut args = vec![
+            format!("--node-ip={}", node_ip.0),
             format!("--config={}", config_path.display()),
             format!("--kubeconfig={}", kubeconfig_path.display()),
             format!("--cert-dir={}", dir.join("pki").display()),
@@ -194,6 +258,7 @@ authorization:
             dir,
             kubelet,
             _cri: cri,
+            node_ip,
         })
     }
 }

@@ -49,7 +49,7 @@ use std::time::Duration;
 pub use control_plane::{ControlPlane, Options, client_from_kubeconfig};
 pub use kcm::{Kcm, KcmOptions};
 pub use kubeconfig::Credential;
-pub use kubelet::{Kubelet, KubeletOptions};
+pub use kubelet::{Kubelet, KubeletOptions, NODE_IP_PREFIX};
 pub use nodeauth::{
     Nodeauth, NodeauthOptions, TPM_BOOTSTRAP_POLICY, tpm_then_documented_policy, workspace_binary,
 };

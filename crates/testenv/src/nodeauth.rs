@@ -90,8 +90,10 @@ impl Default for NodeauthOptions {
     }
 }
 
-/// Running controllers (stopped on drop) and the signer's CA (trusted by the API server for
-/// client certificates; also the CA of issued kubelet serving certificates).
+/// Running controllers (stopped on drop) and the signer's two CAs: one for kubelet client
+/// certificates (trusted by the API server for client certificates) and one of its own for
+/// kubelet serving certificates (trusted by nobody for kube-apiserver: the signer refuses a
+/// serving CA that clients trust for it).
 #[derive(Debug)]
 pub struct Nodeauth {
     /// The approver.
@@ -100,8 +102,10 @@ pub struct Nodeauth {
     pub signer: Process,
     /// bootstrap-signer, when asked for.
     pub bootstrap_signer: Option<Process>,
-    /// The signer's CA for both kubelet signers.
+    /// The signer's CA for kubelet client certificates.
     pub ca: CertPair,
+    /// The signer's CA for kubelet serving certificates.
+    pub serving_ca: CertPair,
     /// Metrics ports: approver, signer.
     pub metrics_ports: (u16, u16),
 }
@@ -112,19 +116,28 @@ impl ControlPlane {
         let dir = self.dir().join(unique_name("nodeauth"));
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io("creating the nodeauth dir".into(), e))?;
-        let ca = Ca::new(&unique_name("nodeauth-kubelet-ca"))?.pair().clone();
-        let (cert, key) = (dir.join("ca.crt"), dir.join("ca.key"));
-        std::fs::write(&cert, &ca.cert_pem).map_err(|e| Error::io("writing the CA".into(), e))?;
-        crate::pki::write_private(&key, ca.key_pem.as_bytes())?;
+        let write_ca = |pair: &CertPair, stem: &str| -> Result<String, Error> {
+            let (cert, key) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+            std::fs::write(&cert, &pair.cert_pem)
+                .map_err(|e| Error::io("writing a CA".into(), e))?;
+            crate::pki::write_private(&key, pair.key_pem.as_bytes())?;
+            Ok(format!("{},{}", cert.display(), key.display()))
+        };
+        let ca = Ca::new(&unique_name("nodeauth-kubelet-client-ca"))?.pair().clone();
+        let serving_ca = Ca::new(&unique_name("nodeauth-kubelet-serving-ca"))?
+            .pair()
+            .clone();
         self.trust_client_ca(&ca).await?;
-
-        let mut signer_args: Vec<String> = [
-            "kubernetes.io/kube-apiserver-client-kubelet",
-            "kubernetes.io/kubelet-serving",
-        ]
-        .iter()
-        .map(|name| format!("--signer={name}={},{}", cert.display(), key.display()))
-        .collect();
+        let mut signer_args = vec![
+            format!(
+                "--signer=kubernetes.io/kube-apiserver-client-kubelet={}",
+                write_ca(&ca, "client-ca")?
+            ),
+            format!(
+                "--signer=kubernetes.io/kubelet-serving={}",
+                write_ca(&serving_ca, "serving-ca")?
+            ),
+        ];
         signer_args.extend(opts.signer_args.iter().cloned());
         let bin = opts.bin_dir.as_deref();
         let (signer, signer_metrics) = self.start_controller(bin, "signer", &signer_args).await?;
@@ -143,6 +156,7 @@ impl ControlPlane {
             signer,
             bootstrap_signer,
             ca,
+            serving_ca,
             metrics_ports: (approver_metrics, signer_metrics),
         })
     }

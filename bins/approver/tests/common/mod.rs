@@ -131,6 +131,21 @@ async fn nodes_may_create_csrs(admin: &kube::Client) {
     .unwrap();
 }
 
+/// A node address no other test of this process uses, inside the documented policy's
+/// operator-declared ranges (`2001:db8::/32`): a serving certificate is never issued for an
+/// address another Node holds, and every test here shares one control plane.
+pub fn unique_ip() -> String {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(1);
+    let pid = std::process::id();
+    format!(
+        "2001:db8:7e57:{:x}:{:x}::{:x}",
+        pid >> 16,
+        pid & 0xffff,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 /// A client authenticated with a fresh [`bootstrap_token`].
 pub async fn bootstrap_client() -> kube::Client {
     cp().client(&Credential::Token(bootstrap_token().await))

@@ -1,0 +1,241 @@
+//! Node-name reservations. A new node's name is reserved from the approval of its bootstrap
+//! CSR until its Node registers or the reservation's time runs out (the certificate's
+//! lifetime), so two requesters can never both be approved for one name, even across
+//! replicas or a paused leader waking up: the reservation is a Lease created with `create`
+//! (one writer wins; the other gets 409) and taken over, once expired or released, only with
+//! the resourceVersion that was read.
+//!
+//! Lease `nodeauth-name-<hash of the node name>` in `--reservation-namespace`:
+//! `spec.holderIdentity` = the holding CSR's name, `acquireTime` + `leaseDurationSeconds` =
+//! when it runs out, annotation `nodeauth.io/node-name`, and `nodeauth.io/registered: "true"`
+//! once the Node has been seen (a reservation whose Node registered and is gone again is
+//! released, so a decommissioned node's name can be reused).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use sha2::{Digest, Sha256};
+
+pub const LABEL: &str = "nodeauth.io/name-reservation";
+const NODE_ANNOTATION: &str = "nodeauth.io/node-name";
+const REGISTERED_ANNOTATION: &str = "nodeauth.io/registered";
+
+pub struct Reservations {
+    pub api: Api<Lease>,
+    pub store: Store<Lease>,
+    namespace: String,
+    /// How long a reservation lasts when the CSR asks for no shorter certificate.
+    pub ttl: Duration,
+}
+
+/// The outcome of [`Reservations::reserve`].
+pub enum Reserve {
+    /// This CSR holds the name (now, or already).
+    Held,
+    /// Another CSR holds it.
+    HeldBy(String),
+}
+
+/// The Lease name for a node name: a hash, so any node name fits and Lease names say nothing.
+pub fn lease_name(node: &str) -> String {
+    let digest = Sha256::digest(node.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("nodeauth-name-{hex}")
+}
+
+/// Whether a reservation still holds at `now`: not run out, and not released by its Node
+/// having registered (the caller checks the Node exists separately: while it does,
+/// `nodeMustNotExist` fails anyway).
+fn holds(lease: &Lease, now: jiff::Timestamp) -> bool {
+    let registered = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REGISTERED_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    let Some(spec) = &lease.spec else {
+        return false;
+    };
+    let (Some(acquired), Some(seconds)) = (&spec.acquire_time, spec.lease_duration_seconds) else {
+        return false;
+    };
+    let until = acquired
+        .0
+        .checked_add(jiff::SignedDuration::from_secs(i64::from(seconds)))
+        .unwrap_or(acquired.0);
+    !registered && until > now
+}
+
+fn holder(lease: &Lease) -> Option<&str> {
+    lease.spec.as_ref()?.holder_identity.as_deref()
+}
+
+impl Reservations {
+    pub fn new(client: &kube::Client, namespace: &str, store: Store<Lease>, ttl: Duration) -> Self {
+        Reservations {
+            api: Api::namespaced(client.clone(), namespace),
+            store,
+            namespace: namespace.to_owned(),
+            ttl,
+        }
+    }
+
+    /// The CSR holding `node`'s name, if another than `csr_name` does (from the cache).
+    pub fn held_by_other(&self, node: &str, csr_name: &str) -> Option<String> {
+        let lease = self
+            .store
+            .get(&ObjectRef::new(&lease_name(node)).within(&self.namespace))?;
+        let holder = holder(&lease)?;
+        (holder != csr_name && holds(&lease, jiff::Timestamp::now())).then(|| holder.to_owned())
+    }
+
+    /// Reserves `node`'s name for `csr_name` (atomically: see the module docs).
+    pub async fn reserve(
+        &self,
+        node: &str,
+        csr_name: &str,
+        csr_uid: &str,
+        expiration_seconds: Option<u32>,
+    ) -> Result<Reserve, kube::Error> {
+        let seconds = expiration_seconds
+            .map(u64::from)
+            .map_or(self.ttl.as_secs(), |s| s.min(self.ttl.as_secs()));
+        let now = jiff::Timestamp::now();
+        let name = lease_name(node);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(BTreeMap::from([(LABEL.to_owned(), "true".to_owned())])),
+                annotations: Some(BTreeMap::from([
+                    (NODE_ANNOTATION.to_owned(), node.to_owned()),
+                    ("nodeauth.io/csr-uid".to_owned(), csr_uid.to_owned()),
+                ])),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(csr_name.to_owned()),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_duration_seconds: Some(i32::try_from(seconds).unwrap_or(i32::MAX)),
+                ..Default::default()
+            }),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(_) => return Ok(Reserve::Held),
+            Err(e) if !is_status(&e, 409) => return Err(e),
+            Err(_) => {}
+        }
+        let existing = self.api.get(&name).await?;
+        match holder(&existing) {
+            Some(h) if h == csr_name => return Ok(Reserve::Held),
+            Some(h) if holds(&existing, now) => return Ok(Reserve::HeldBy(h.to_owned())),
+            _ => {}
+        }
+        // Run out or released: take it over, but only if nobody wrote it since we read it.
+        let mut takeover = lease;
+        takeover.metadata.resource_version = existing.metadata.resource_version.clone();
+        self.api
+            .replace(&name, &PostParams::default(), &takeover)
+            .await
+            .map(|_| Reserve::Held)
+    }
+
+    /// Gives up `csr_name`'s reservation of `node` (its CSR vanished before it was approved).
+    pub async fn release(&self, node: &str, csr_name: &str) {
+        let name = lease_name(node);
+        if let Ok(lease) = self.api.get(&name).await
+            && holder(&lease) == Some(csr_name)
+        {
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: lease.metadata.resource_version.clone(),
+                    uid: lease.metadata.uid.clone(),
+                }),
+                ..Default::default()
+            };
+            if let Err(e) = self.api.delete(&name, &params).await {
+                tracing::warn!(node, error = %e, "releasing a name reservation");
+            }
+        }
+    }
+
+    /// Records that `node` registered: its reservation no longer holds once the Node is gone.
+    pub async fn node_registered(&self, node: &str) {
+        let Some(lease) = self
+            .store
+            .get(&ObjectRef::new(&lease_name(node)).within(&self.namespace))
+        else {
+            return;
+        };
+        if !holds(&lease, jiff::Timestamp::now()) {
+            return;
+        }
+        let patch = serde_json::json!({
+            "metadata": {
+                "resourceVersion": lease.metadata.resource_version,
+                "annotations": {REGISTERED_ANNOTATION: "true"},
+            }
+        });
+        if let Err(e) = self
+            .api
+            .patch(&lease_name(node), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(node, error = %e, "marking a name reservation registered");
+        }
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(acquired: &str, seconds: i32, registered: bool) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                annotations: registered.then(|| {
+                    BTreeMap::from([(REGISTERED_ANNOTATION.to_owned(), "true".to_owned())])
+                }),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("csr-a".into()),
+                acquire_time: Some(MicroTime(acquired.parse().unwrap())),
+                lease_duration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_reservation_holds_until_it_runs_out_or_its_node_registered() {
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        assert!(holds(&lease("2026-01-01T00:00:00Z", 7200, false), now));
+        assert!(!holds(&lease("2026-01-01T00:00:00Z", 3600, false), now));
+        assert!(!holds(&lease("2026-01-01T00:00:00Z", 7200, true), now));
+        assert!(!holds(&Lease::default(), now));
+    }
+
+    #[test]
+    fn lease_names_are_valid_for_any_node_name() {
+        let long = "a".repeat(253);
+        for node in ["n", long.as_str(), "node.example.com"] {
+            let name = lease_name(node);
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            );
+        }
+        assert_ne!(lease_name("a"), lease_name("b"));
+    }
+}

@@ -1,0 +1,286 @@
+//! Attacks on the documented policy, each acting through the real API with only the attacker's
+//! own credentials (a bootstrap token, or a node's own client certificate), against the
+//! approver under deploy/approver RBAC. Each must end with no certificate the attacker should
+//! not have. One approver serves every test here.
+
+mod common;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_testenv::unique_name;
+use tokio::sync::OnceCell;
+
+/// ServiceAccounts bootstrap nodes too in this binary (for the visibility test), in front
+/// of the documented policy.
+const SA_BOOTSTRAP_POLICY: &str = "name: sa-bootstrap
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters:
+  usernamePrefixes: [\"system:serviceaccount:\"]
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+---
+";
+
+async fn approver() -> &'static Approver {
+    static APPROVER: OnceCell<Approver> = OnceCell::const_new();
+    APPROVER
+        .get_or_init(|| async {
+            let documented = std::fs::read_to_string(policy_path()).unwrap();
+            let path = cp().dir().join(unique_name("attack-policy"));
+            std::fs::write(&path, format!("{SA_BOOTSTRAP_POLICY}{documented}")).unwrap();
+            start_approver_with(&[format!("--policy={}", path.display())], true).await
+        })
+        .await
+}
+
+/// The node registers its own Node and writes its own addresses, with its own credentials
+/// (NodeRestriction allows exactly this, and checks no address).
+async fn node_registers_itself(client: &kube::Client, name: &str, addresses: &[(&str, &str)]) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &nodeauth_testenv::named::<Node>(name),
+        )
+        .await
+        .expect("a node may create its own Node");
+    let list: Vec<serde_json::Value> = addresses
+        .iter()
+        .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+        .collect();
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"addresses": list}})),
+        )
+        .await
+        .expect("a node may write its own addresses");
+}
+
+fn serving_request(node: &str, dns: &[&str], ips: &[&str]) -> String {
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let mut b = CsrBuilder::kubelet_serving(node);
+    for d in dns {
+        b = b.dns_name(*d);
+    }
+    for ip in ips {
+        b = b.ip_address(ip.parse().unwrap());
+    }
+    b.build(&key).unwrap()
+}
+
+/// Attack 1: node A lists node B's IP and hostname, kube-apiserver's names, the first Service
+/// IP, loopback and a wildcard on its own Node, and asks for a serving certificate for all of
+/// them. Before: "approved by policy serving: all 6 rules passed".
+#[tokio::test]
+async fn a_node_cannot_get_names_it_wrote_on_its_own_node() {
+    let _ = approver().await;
+    let (a, b) = (unique_name("node-a"), unique_name("node-b"));
+    let (a_ip, b_ip) = (unique_ip(), unique_ip());
+    let b_client = node_client(&b).await;
+    node_registers_itself(&b_client, &b, &[("InternalIP", &b_ip), ("Hostname", &b)]).await;
+
+    let a_client = node_client(&a).await;
+    let dns = [
+        a.as_str(),
+        b.as_str(),
+        "kubernetes.default.svc",
+        "*.example.com",
+    ];
+    let ips = [
+        a_ip.as_str(),
+        b_ip.as_str(),
+        "10.0.0.1",
+        "10.0.0.9",
+        "127.0.0.1",
+    ];
+    let mut listed: Vec<(&str, &str)> = dns.iter().map(|d| ("Hostname", *d)).collect();
+    listed.extend(ips.iter().map(|ip| ("InternalIP", *ip)));
+    node_registers_itself(&a_client, &a, &listed).await;
+
+    let name = create_csr(
+        &a_client,
+        SERVING_SIGNER,
+        SERVING_USAGES,
+        serving_request(&a, &dns, &ips),
+    )
+    .await;
+    let d = decisions(&decided(&name, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+    let why = &d[0].2;
+    for needle in [
+        "sans.never_issued",
+        "DNS:kubernetes.default.svc (a name of kube-apiserver",
+        "DNS:*.example.com (a wildcard)",
+        // The kubernetes Service's IP, in kube-apiserver's certificate, read at start.
+        "IP:10.0.0.1 (an address in kube-apiserver's serving certificate)",
+        // The harness's --service-cluster-ip-range, read from its ServiceCIDR object.
+        "IP:10.0.0.9 (inside the Service range 10.0.0.0/24)",
+        "IP:127.0.0.1 (a loopback address)",
+        &format!("(held by Node \"{b}\")"),
+        "sans.trusted_source",
+    ] {
+        assert!(why.contains(needle), "{needle:?} not in {why}");
+    }
+
+    // Its own name and address alone are still fine: the defence takes nothing from it.
+    let own = create_csr(
+        &a_client,
+        SERVING_SIGNER,
+        SERVING_USAGES,
+        serving_request(&a, &[&a], &[&a_ip]),
+    )
+    .await;
+    let d = decisions(&decided(&own, 30).await);
+    assert_eq!(d[0].0, "Approved", "{d:?}");
+}
+
+/// Attack 2: a bootstrap-token holder gets a client certificate for a fresh name, registers
+/// that Node with the victim's InternalIP and hostname, and asks for a serving certificate.
+#[tokio::test]
+async fn a_token_holder_cannot_take_another_nodes_addresses_through_a_new_node() {
+    let _ = approver().await;
+    let victim = unique_name("victim");
+    let victim_ip = unique_ip();
+    let victim_client = node_client(&victim).await;
+    node_registers_itself(
+        &victim_client,
+        &victim,
+        &[("InternalIP", &victim_ip), ("Hostname", &victim)],
+    )
+    .await;
+
+    // The token gets a fresh name approved (as any joining node would).
+    let token = bootstrap_client().await;
+    let fresh = unique_name("fresh");
+    let d = decisions(&decided(&client_csr(&token, &fresh).await, 30).await);
+    assert_eq!(d[0].0, "Approved", "{d:?}");
+    // Now it is system:node:<fresh> (the harness mints the certificate the signer would
+    // issue for that approved CSR).
+    let fresh_client = node_client(&fresh).await;
+    node_registers_itself(
+        &fresh_client,
+        &fresh,
+        &[("InternalIP", &victim_ip), ("Hostname", &victim)],
+    )
+    .await;
+    let name = create_csr(
+        &fresh_client,
+        SERVING_SIGNER,
+        SERVING_USAGES,
+        serving_request(&fresh, &[&victim], &[&victim_ip]),
+    )
+    .await;
+    let d = decisions(&decided(&name, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+    assert!(
+        d[0].2.contains(&format!("{victim_ip} (held by Node \"{victim}\")")),
+        "{}",
+        d[0].2
+    );
+    assert!(
+        d[0].2.contains(&format!("{victim} (held by Node \"{victim}\")")),
+        "{}",
+        d[0].2
+    );
+}
+
+/// Attack 3: two requesters (two tokens) ask for the same new name. Before: both approved,
+/// both certificates authenticate as system:node:<name>. Now exactly one is approved; the
+/// other is denied naming the CSR that holds the name (token holders may list CSRs, so they
+/// learn nothing new).
+#[tokio::test]
+async fn two_token_holders_asking_for_one_new_name_get_one_certificate() {
+    let _ = approver().await;
+    let (first, second) = (bootstrap_client().await, bootstrap_client().await);
+    let node = unique_name("contested");
+    let (a, b) = tokio::join!(client_csr(&first, &node), client_csr(&second, &node));
+    let (da, db) = (
+        decisions(&decided(&a, 60).await),
+        decisions(&decided(&b, 60).await),
+    );
+    let approved: Vec<&str> = [(&a, &da), (&b, &db)]
+        .iter()
+        .filter(|(_, d)| d[0].0 == "Approved")
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(approved.len(), 1, "{da:?} {db:?}");
+    let (loser, holder) = if approved[0] == a { (&db, &a) } else { (&da, &b) };
+    assert_eq!(loser[0].0, "Denied", "{loser:?}");
+    assert!(
+        loser[0].2.contains(&format!("is reserved by CSR {holder}")),
+        "{}",
+        loser[0].2
+    );
+
+    // Later, too: the name stays reserved until its Node registers.
+    let third = bootstrap_client().await;
+    let late = decisions(&decided(&client_csr(&third, &node).await, 30).await);
+    assert_eq!(late[0].0, "Denied", "{late:?}");
+    assert!(late[0].2.contains("node.must_not_exist"), "{}", late[0].2);
+}
+
+/// A requester that may not list CSRs learns from a denial only that the name is taken, not
+/// which CSR holds it. (Token holders may list CSRs, kubeadm's default, so they are told.)
+#[tokio::test]
+async fn a_denial_names_the_holding_csr_only_to_those_who_could_see_it() {
+    let _ = approver().await;
+    let node = unique_name("private");
+    let holder = client_csr(&bootstrap_client().await, &node).await;
+    assert_eq!(decisions(&decided(&holder, 30).await)[0].0, "Approved");
+
+    // A ServiceAccount that may create CSRs and nothing else, covered by a bootstrap policy
+    // of its own (SA_BOOTSTRAP_POLICY, in front of the documented one).
+    let admin = cp().admin_client().await.unwrap();
+    let sa = unique_name("csr-creator");
+    nodeauth_testenv::manifests::apply_yaml(
+        &admin,
+        &format!(
+            "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}, namespace: nodeauth-system}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {sa}}}
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests]
+  verbs: [create, get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {sa}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {sa}}}
+subjects:
+- {{kind: ServiceAccount, name: {sa}, namespace: nodeauth-system}}
+"
+        ),
+    )
+    .await
+    .unwrap();
+    let token = nodeauth_testenv::manifests::service_account_token(&admin, "nodeauth-system", &sa)
+        .await
+        .unwrap();
+    let client = cp()
+        .client(&nodeauth_testenv::Credential::Token(token))
+        .await
+        .unwrap();
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
+    let mine = create_csr(&client, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let d = decisions(&decided(&mine, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+    assert!(d[0].2.contains("policy sa-bootstrap"), "{}", d[0].2);
+    assert!(
+        d[0].2.contains("is reserved by an earlier approved CSR"),
+        "{}",
+        d[0].2
+    );
+    assert!(!d[0].2.contains(&holder), "the holder is named: {}", d[0].2);
+}
