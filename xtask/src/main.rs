@@ -25,6 +25,7 @@ use nodeauth_testenv::{cluster, k8s};
 mod bench;
 mod chart;
 mod demo;
+mod flakes;
 mod kubelets;
 mod storm;
 mod tools;
@@ -51,7 +52,17 @@ enum Cmd {
     /// Run every test (what CI runs): unit, property and integration tests against a real
     /// control plane, every benchmark command once (`--quick`), then a short run of every fuzz
     /// target.
+    ///
+    /// With `--repeat N`: the flake hunt instead — only the integration tests of the packages
+    /// given with `-p` (default: every controller and the harness), N runs in a row, and each
+    /// test's pass rate (also written to target/flake-report.md); exit 1 if any run failed.
     Test {
+        /// Run the integration suites this many times in a row and report pass rates.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        repeat: Option<u32>,
+        /// With --repeat: the packages whose integration tests run (repeatable).
+        #[arg(short = 'p', long = "package", requires = "repeat")]
+        packages: Vec<String>,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         cargo_args: Vec<String>,
@@ -132,7 +143,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
         }),
         Cmd::Cluster(c) => cluster_cmd(c),
-        Cmd::Test { cargo_args } => test(&cargo_args),
+        Cmd::Test {
+            repeat: Some(runs),
+            packages,
+            cargo_args,
+        } => flakes::hunt(runs, &packages, &cargo_args),
+        Cmd::Test {
+            repeat: None,
+            cargo_args,
+            ..
+        } => test(&cargo_args),
         Cmd::Demo => {
             setup()?;
             demo::run(&cluster_state_dir())
