@@ -54,6 +54,11 @@ pub struct ExplainArgs {
     /// Evaluate as if a newer pending CSR from the same node existed.
     #[arg(long)]
     newer_pending: bool,
+    /// The cluster's Service range (`kubectl get servicecidrs`), never issued in a serving
+    /// certificate. Repeatable. Without it the range is unknown and every IP SAN is refused,
+    /// as the approver refuses them until it has read the range.
+    #[arg(long = "service-cidr", value_name = "CIDR")]
+    service_cidrs: Vec<String>,
     /// Evaluation time (RFC 3339); default now.
     #[arg(long, value_name = "TIME")]
     now: Option<jiff::Timestamp>,
@@ -207,6 +212,17 @@ fn explain_inner(args: &ExplainArgs) -> anyhow::Result<u8> {
         context.attestation = Some(Err(m.clone()));
     }
     context.newer_pending_from_same_node = args.newer_pending;
+    if !args.service_cidrs.is_empty() {
+        let cidrs: Vec<nodeauth_policy::Cidr> = args
+            .service_cidrs
+            .iter()
+            .map(|c| nodeauth_policy::Cidr::new(c.as_str()))
+            .collect();
+        if let Some(bad) = cidrs.iter().find(|c| c.error().is_some()) {
+            bail!("--service-cidr {:?}: {}", bad.as_str(), bad.error().unwrap_or(""));
+        }
+        context.cluster.service_cidrs = Some(cidrs);
+    }
 
     let decision = set.evaluate(&facts, &context);
     let mut out = std::io::stdout().lock();
