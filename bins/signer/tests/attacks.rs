@@ -156,10 +156,9 @@ async fn a_custom_client_signer_never_issues_system_masters() {
     let admin = cp().admin_client().await.unwrap();
     manifests::apply_yaml(
         &admin,
-        &format!(
-            "apiVersion: rbac.authorization.k8s.io/v1
+        "apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
-metadata: {{name: nodeauth-test-custom-signer}}
+metadata: {name: nodeauth-test-custom-signer}
 rules:
 - apiGroups: [certificates.k8s.io]
   resources: [signers]
@@ -168,12 +167,11 @@ rules:
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {{name: nodeauth-test-custom-signer}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nodeauth-test-custom-signer}}
+metadata: {name: nodeauth-test-custom-signer}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nodeauth-test-custom-signer}
 subjects:
-- {{kind: ServiceAccount, name: nodeauth-signer, namespace: nodeauth-system}}
-"
-        ),
+- {kind: ServiceAccount, name: nodeauth-signer, namespace: nodeauth-system}
+",
     )
     .await
     .unwrap();
