@@ -44,6 +44,11 @@ fn forbidden_dns(name: &str, ctx: &Context) -> Option<String> {
     if n == "localhost" || n.ends_with(".localhost") {
         return Some("a loopback name".to_owned());
     }
+    // Some TLS clients match an IP host against DNS names too: an address written as a DNS
+    // name is no name of a node.
+    if n.parse::<IpAddr>().is_ok() {
+        return Some("an IP address written as a DNS name".to_owned());
+    }
     None
 }
 

@@ -75,6 +75,7 @@ fn a_node_listing_other_names_on_its_own_node_gets_none_of_them() {
         "KUBERNETES",
         "*.example.com",
         "localhost",
+        "198.51.100.9",
     ];
     let asked_ip = ["198.51.100.8", "10.96.0.1", "127.0.0.1", "::1", "::ffff:127.0.0.2"];
     let mut ctx = listing(&[asked_dns.as_slice(), asked_ip.as_slice()].concat());
@@ -96,6 +97,7 @@ fn a_node_listing_other_names_on_its_own_node_gets_none_of_them() {
         "DNS:KUBERNETES (a name of kube-apiserver",
         "DNS:*.example.com (a wildcard)",
         "DNS:localhost (a loopback name)",
+        "DNS:198.51.100.9 (an IP address written as a DNS name)",
         "IP:10.96.0.1 (inside the Service range 10.96.0.0/12)",
         "IP:127.0.0.1 (a loopback address)",
         "IP:::1 (a loopback address)",
