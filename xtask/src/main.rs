@@ -26,6 +26,7 @@ mod bench;
 mod chart;
 mod demo;
 mod flakes;
+mod fuzz;
 mod kubelets;
 mod storm;
 mod tools;
@@ -72,6 +73,16 @@ enum Cmd {
     /// Benchmarks against upstream (`bench micro|storm|kubelets [--quick]`, `bench all`).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// A fuzzing campaign: every target (or those given) for M minutes each, on a corpus kept
+    /// between runs in ~/.cache/nodeauth/fuzz/; execs and execs/s per target in
+    /// target/fuzz-report.md. A crash fails it and leaves the input in fuzz/artifacts/.
+    Fuzz {
+        /// Minutes per target.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        minutes: u64,
+        /// Only these targets (default: all).
+        targets: Vec<String>,
+    },
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
     #[command(subcommand)]
     Chart(ChartCmd),
@@ -159,6 +170,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Cmd::Bench(b) => bench::run(b),
         Cmd::Chart(c) => chart_cmd(&c),
+        Cmd::Fuzz { minutes, targets } => {
+            fuzz::campaign(minutes, &targets).map(|()| ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -421,64 +435,14 @@ const FEATURE_TESTS: [(&str, &str); 4] = [
     ("agent", "tpm"),
 ];
 
-/// Every fuzz target named in fuzz/Cargo.toml.
-fn fuzz_targets() -> Result<Vec<String>> {
-    let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml"))
-        .context("reading fuzz/Cargo.toml")?;
-    let mut targets = vec![];
-    let mut in_bin = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_bin = line == "[[bin]]";
-        } else if in_bin && let Some(v) = line.strip_prefix("name") {
-            let name = v
-                .trim_start()
-                .trim_start_matches('=')
-                .trim()
-                .trim_matches('"');
-            targets.push(name.to_string());
-        }
-    }
-    Ok(targets)
-}
-
-/// Builds every fuzz target with libFuzzer (cargo-fuzz on the stable toolchain through
-/// RUSTC_BOOTSTRAP=1) and runs each briefly; a crash fails the run.
+/// Every fuzz target briefly (the smoke run of `cargo xtask test`); a crash fails the run.
 fn fuzz_smoke() -> Result<()> {
-    let have = Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !have {
-        let mut c = cargo();
-        c.args(["install", "cargo-fuzz", "--locked", "--version", "0.13.2"]);
-        run_step("cargo install cargo-fuzz", c)?;
-    }
-    let target_dir = k8s::cache_root().join("target-fuzz");
-    let targets = fuzz_targets()?;
-    let mut b = cargo();
-    b.env("RUSTC_BOOTSTRAP", "1")
-        .args(["fuzz", "build", "--target-dir"])
-        .arg(&target_dir);
-    run_step(&format!("cargo fuzz build ({} targets)", targets.len()), b)?;
+    fuzz::build()?;
+    let targets = fuzz::targets()?;
     for t in &targets {
-        let corpus = std::env::temp_dir().join(format!("nodeauth-fuzz-corpus-{t}"));
-        std::fs::create_dir_all(&corpus).context("creating a fuzz corpus directory")?;
-        let mut r = cargo();
-        r.env("RUSTC_BOOTSTRAP", "1")
-            .args(["fuzz", "run", "--target-dir"])
-            .arg(&target_dir)
-            .arg(t)
-            .arg(&corpus);
-        // Real inputs make a better start than nothing: the CSR fixtures seed the CSR targets.
-        if t.starts_with("csr_") {
-            r.arg(workspace_root().join("crates/csr/tests/fixtures"));
-        }
-        r.arg("--")
-            .arg(format!("-max_total_time={FUZZ_SMOKE_SECONDS}"))
-            .arg("-print_final_stats=0");
-        run_step(&format!("fuzz {t} for {FUZZ_SMOKE_SECONDS}s"), r)?;
+        println!("==> fuzz {t} for {FUZZ_SMOKE_SECONDS}s");
+        let s = fuzz::run_target(t, FUZZ_SMOKE_SECONDS.into())?;
+        println!("    {} execs ({} /s)", s.execs, s.execs_per_sec);
     }
     println!(
         "fuzz: {} targets ran {FUZZ_SMOKE_SECONDS}s each without a crash",
