@@ -103,6 +103,7 @@ pub mod endpoint;
 mod error;
 mod evidence;
 pub mod kdf;
+pub mod pin;
 pub mod provider;
 mod public;
 mod store;

@@ -15,10 +15,14 @@
 //!   and the ticket is opaque to the agent anyway. Its nonce is still consumed through
 //!   `nodeauth_attest`'s shared [`ReplayCache`](nodeauth_attest::ReplayCache), under the key
 //!   `b"tpm:nonce:" || nonce`, by [`Verified::confirm`].
-//! - **EK → machine.** Recorded as `TofuBinding("tpm", "sha256:<EK SPKI hex>", machine)` via
-//!   [`Verified::binding`], so one store holds every provider's bindings. The machine is the
-//!   node name (the evidence names no other machine; the machine's expected EK is checked when
-//!   the challenge is issued, [`TpmVerifier::issue_challenge`]).
+//! - **EK → machine.** A node pinned to an EK ([`crate::pin`]: Machine annotation, operator
+//!   allowlist; [`TpmVerifier::with_pins`]) is checked against the pin when the challenge is
+//!   issued and again here, and no TOFU binding is recorded or consulted for it: the pin wins
+//!   over whatever EK claimed the name first. Otherwise the binding is recorded as
+//!   `TofuBinding("tpm", "sha256:<EK SPKI hex>", machine)` via [`Verified::binding`], so one
+//!   store holds every provider's bindings, both ways (a bound name refuses a second EK, a
+//!   bound EK a second name). The machine is the node name (the evidence names no other
+//!   machine).
 //! - **TPM clock.** The reset/restart/clock monotonicity check stays TPM-specific: it goes to
 //!   the wrapped [`TpmVerifier`]'s own [`TofuStore`](crate::TofuStore) (only its
 //!   `observe_clock` is used here; `bind_ek` is not). It runs during verification, before
@@ -86,10 +90,16 @@ impl TpmAttestVerifier {
             .map_err(|e| rejection(e, input))?;
         let mut nonce_key = b"tpm:".to_vec();
         nonce_key.extend_from_slice(&checked.nonce_key());
-        Ok(Verified::new(input, machine, Assurance::Verified)
+        let verified = Verified::new(input, machine, Assurance::Verified)
             .evidence(summary(id))
-            .single_use(nonce_key, checked.nonce_expires_at)
-            .binding(TofuBinding::new(PROVIDER, id.ek.to_string(), machine)))
+            .single_use(nonce_key, checked.nonce_expires_at);
+        // A pin beats trust on first use: a pinned node's EK is checked against the pin (in
+        // check_evidence), and a binding recorded by an earlier, unpinned claimant of the name
+        // is neither consulted nor extended.
+        Ok(match checked.pinned {
+            Some(_) => verified,
+            None => verified.binding(TofuBinding::new(PROVIDER, id.ek.to_string(), machine)),
+        })
     }
 }
 

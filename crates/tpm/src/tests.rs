@@ -395,4 +395,53 @@ mod provider_adapter {
             "{err}"
         );
     }
+
+    /// A ticket issued before a pin appeared is refused once the pin is there: the pin is
+    /// checked again at verification (before the rest of the evidence is even parsed).
+    #[test]
+    fn evidence_is_checked_against_the_pins_again() {
+        let key = TicketKey::new([9; 32]);
+        let pinned = EkFingerprint([7; 32]);
+        let list = crate::pin::EkAllowlist::parse(&format!("worker-1 {pinned}\n")).unwrap();
+        let mut r = Registry::new();
+        r.register(Arc::new(TpmAttestVerifier::new(
+            TpmVerifier::new(
+                VerifierConfig::new(EkCaBundle::new(), key.clone()),
+                Arc::new(InMemoryReplayCache::new()),
+                Arc::new(InMemoryTofuStore::new()),
+            )
+            .with_pins(Arc::new(list)),
+        )))
+        .unwrap();
+        let evidence = |ek: EkFingerprint, node: &str| TpmEvidence {
+            ticket: TicketClaims {
+                ek,
+                ak_name: vec![0, 0x0b],
+                nonce: [1; 32],
+                node_name: node.into(),
+                issued_at: 0,
+                expires_at: u64::MAX / 4,
+            }
+            .sign(&key),
+            ..TpmEvidence::default()
+        };
+        // Another EK's ticket for the pinned node.
+        let err = r
+            .verify(
+                &csr_with(1, evidence(EkFingerprint([8; 32]), "worker-1").to_bytes()),
+                Purpose::ClientBootstrap,
+                SystemTime::now(),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("is pinned to EK"), "{err}");
+        // The pinned EK's ticket passes the pin check (and fails later, on the empty evidence).
+        let err = r
+            .verify(
+                &csr_with(1, evidence(pinned, "worker-1").to_bytes()),
+                Purpose::ClientBootstrap,
+                SystemTime::now(),
+            )
+            .unwrap_err();
+        assert!(!err.to_string().contains("pinned"), "{err}");
+    }
 }

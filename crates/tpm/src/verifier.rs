@@ -19,6 +19,7 @@ use crate::credential::{CredentialBlob, make_credential};
 use crate::ek::{EkCaBundle, EkFingerprint};
 use crate::error::{AkPolicyError, ChainError, CredentialError, ParseError};
 use crate::evidence::{ActivationRequest, PcrValue, TpmEvidence};
+use crate::pin::EkPins;
 use crate::public::{Public, PublicKey, rsa_key, sec1_point};
 use crate::store::{ReplayCache, TofuError, TofuStore};
 use crate::ticket::{TicketClaims, TicketError, TicketKey, from_unix, unix};
@@ -172,6 +173,39 @@ pub enum TpmRejection {
     /// Trust on first use failed.
     #[error("{0}")]
     Tofu(#[from] TofuError),
+    /// The node is pinned to another EK (Machine annotation or operator allowlist).
+    #[error("node {node:?} is pinned to EK {pinned} by {origin}; EK {presented} asked for it")]
+    EkNotPinned {
+        /// The node asked for.
+        node: String,
+        /// The EK presented.
+        presented: EkFingerprint,
+        /// The EK pinned.
+        pinned: EkFingerprint,
+        /// Where the pin comes from.
+        origin: String,
+    },
+    /// The EK is pinned to other node names, not to this one.
+    #[error("EK {ek} is pinned to another node by {origin}, not to {node:?}")]
+    EkPinnedToOtherNode {
+        /// The node asked for.
+        node: String,
+        /// The EK presented.
+        ek: EkFingerprint,
+        /// Where the pin comes from.
+        origin: String,
+    },
+    /// A pin for this node could not be read: refused, since the operator meant to pin it.
+    #[error("EK pin from {origin} is unreadable: {reason}")]
+    EkPinInvalid {
+        /// Where the pin comes from.
+        origin: String,
+        /// Why it cannot be read.
+        reason: String,
+    },
+    /// The pin sources cannot be consulted now.
+    #[error("EK pins unavailable: {0}")]
+    EkPinUnavailable(String),
 }
 
 fn malformed(what: &'static str) -> impl FnOnce(ParseError) -> TpmRejection {
@@ -343,11 +377,15 @@ pub struct VerifiedTpmIdentity {
 }
 
 /// Evidence that passed every stateless check of [`TpmVerifier::check_evidence`]; it counts
-/// only once its nonce is consumed, its EK bound to the machine and its clock observed.
+/// only once its nonce is consumed, its EK bound to the machine (unless pinned) and its clock
+/// observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckedEvidence {
     /// The identity the evidence proves.
     pub identity: VerifiedTpmIdentity,
+    /// The node's EK pin, when one names it (and it is this EK): the pin, not trust on first
+    /// use, binds the EK to the node, so no TOFU binding is recorded or consulted.
+    pub pinned: Option<EkFingerprint>,
     /// The ticket's single-use nonce.
     pub nonce: [u8; 32],
     /// When the ticket expires (the replay cache may forget the nonce afterwards).
@@ -369,6 +407,7 @@ pub struct TpmVerifier {
     config: VerifierConfig,
     replay: Arc<dyn ReplayCache>,
     tofu: Arc<dyn TofuStore>,
+    pins: Option<Arc<dyn EkPins>>,
 }
 
 impl std::fmt::Debug for TpmVerifier {
@@ -402,7 +441,44 @@ impl TpmVerifier {
             config,
             replay,
             tofu,
+            pins: None,
         }
+    }
+
+    /// Enforces EK pins from `pins` when challenges are issued and when evidence is checked:
+    /// a pinned node only for its pinned EK, a pinned EK only for its pinned nodes
+    /// ([`crate::pin::enforce`]).
+    #[must_use]
+    pub fn with_pins(mut self, pins: Arc<dyn EkPins>) -> Self {
+        self.pins = Some(pins);
+        self
+    }
+
+    /// The pin check alone: `Ok(Some(pin))` when `node` is pinned to `ek`, `Ok(None)` when
+    /// neither is pinned (or no pins are configured). Cheap: no cryptography.
+    pub fn check_pins(
+        &self,
+        node: &str,
+        ek: &EkFingerprint,
+    ) -> Result<Option<EkFingerprint>, TpmRejection> {
+        match &self.pins {
+            Some(pins) => crate::pin::enforce(pins.as_ref(), node, ek),
+            None => Ok(None),
+        }
+    }
+
+    /// The EK fingerprint of an activation request, and the pin check for its node, before any
+    /// expensive work (no certificate chain, no MakeCredential): what an endpoint can afford
+    /// for every request.
+    pub fn precheck_challenge(
+        &self,
+        request: &ActivationRequest,
+    ) -> Result<(EkFingerprint, Option<EkFingerprint>), TpmRejection> {
+        let ek = Public::parse(&request.ek_public).map_err(malformed("EK TPMT_PUBLIC"))?;
+        let spki = ek.spki_der().map_err(TpmRejection::EkPublic)?;
+        let presented = EkFingerprint::of_spki(&spki);
+        let pinned = self.check_pins(&request.node_name, &presented)?;
+        Ok((presented, pinned))
     }
 
     /// The configuration.
@@ -474,8 +550,8 @@ impl TpmVerifier {
         }
     }
 
-    /// Step 1 of the flow: checks the EK and the AK, and makes a credential for the AK's Name
-    /// under the EK.
+    /// Step 1 of the flow: checks the EK (against `expected_ek`, else the node's pin if pins are
+    /// configured) and the AK, and makes a credential for the AK's Name under the EK.
     pub fn issue_challenge<R: CryptoRng + ?Sized>(
         &self,
         request: &ActivationRequest,
@@ -486,11 +562,16 @@ impl TpmVerifier {
         let ek = Public::parse(&request.ek_public).map_err(malformed("EK TPMT_PUBLIC"))?;
         let ak = Public::parse(&request.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
         ak.check_ak_policy()?;
+        // Pins first: refusing a pinned name costs no chain check and no MakeCredential.
+        let pinned = match &self.pins {
+            Some(_) => self.precheck_challenge(request)?.1,
+            None => None,
+        };
         let (ek_fp, ek_trust) = self.check_ek(
             &ek,
             request.ek_certificate.as_deref(),
             &request.ek_intermediates,
-            expected_ek,
+            expected_ek.or(pinned.as_ref()),
             now,
         )?;
         let ak_name = ak.name().ok_or(AkPolicyError::UnsupportedHash {
@@ -562,7 +643,7 @@ impl TpmVerifier {
     }
 
     /// Step 3: verifies the evidence in a CSR. On success the ticket's nonce is consumed and
-    /// the EK is bound to `expected.machine`.
+    /// the EK is bound to `expected.machine` (unless a pin binds it).
     pub fn verify(
         &self,
         evidence: &TpmEvidence,
@@ -576,7 +657,9 @@ impl TpmVerifier {
             return Err(TpmRejection::NonceReused);
         }
         let id = checked.identity;
-        self.tofu.bind_ek(&id.ek, expected.machine)?;
+        if checked.pinned.is_none() {
+            self.tofu.bind_ek(&id.ek, expected.machine)?;
+        }
         self.tofu.observe_clock(&id.ek, &id.clock)?;
         Ok(id)
     }
@@ -608,6 +691,8 @@ impl TpmVerifier {
                 csr: expected.node_name.to_owned(),
             });
         }
+        // Again at verification: a pin may have appeared since the challenge was issued.
+        let pinned = self.check_pins(expected.node_name, &claims.ek)?;
         let ak = Public::parse(&evidence.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
         if ak.name().as_deref() != Some(claims.ak_name.as_slice()) {
             return Err(TpmRejection::AkNotActivated);
@@ -700,6 +785,7 @@ impl TpmVerifier {
         }
 
         Ok(CheckedEvidence {
+            pinned,
             nonce: claims.nonce,
             nonce_expires_at: from_unix(claims.expires_at),
             identity: VerifiedTpmIdentity {
