@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use kube::api::{Api, PostParams};
 
 use common::*;
@@ -63,7 +61,9 @@ async fn a_denied_csr_gives_a_clear_error_and_no_retry_storm() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await; // the approver's Node cache
+    // Once the approver's Node cache has it: with a stale cache it would approve the CSR as a
+    // new node's.
+    approver_saw_nodes().await;
     let mut args = vec!["credential".to_string()];
     args.extend(node.node_args());
     let running = tokio::spawn(agent(args.clone()));

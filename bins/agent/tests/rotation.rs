@@ -95,7 +95,7 @@ async fn renewal_with_an_injected_clock_uses_the_current_certificate_then_falls_
         .delete(&node.name, &Default::default())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    approver_saw_nodes().await; // else its Node cache may still have the deleted Node
     let (_, outcome) = agent_lib(&node, Duration::from_secs(660))
         .ensure(&CertificateKind::Client, &renew_when_overdue, None)
         .await

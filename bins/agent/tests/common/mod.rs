@@ -283,7 +283,72 @@ pub async fn register_node(name: &str) {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => panic!("creating Node {name}: {e}"),
     }
-    tokio::time::sleep(Duration::from_millis(300)).await; // the approver's Node cache
+    approver_saw_nodes().await;
+}
+
+/// Returns once nodeauth's approver has seen every change to Nodes made before this call (a
+/// creation, a deletion): its decisions read Nodes from a watch-fed cache, which may lag.
+///
+/// Creates a marker Node and a renewal CSR of the marker's own identity. The documented
+/// `renewal` policy approves it only once the approver's cache has the marker Node (until
+/// then `--node-wait` holds the CSR undecided), and a watch delivers changes in order: once
+/// the marker is in the cache, so is everything written before it. The marker Node and CSR
+/// are deleted again.
+pub async fn approver_saw_nodes() {
+    use k8s_openapi::api::core::v1::Node;
+    let admin = cp().admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let marker = unique_name("marker-node");
+    nodes
+        .create(
+            &PostParams::default(),
+            &nodeauth_testenv::named::<Node>(&marker),
+        )
+        .await
+        .unwrap();
+    let key = nodeauth_csr::CsrSigningKey::generate_p256().unwrap();
+    let pem = nodeauth_csr::CsrBuilder::kubelet_client(&marker)
+        .build(&key)
+        .unwrap();
+    let as_marker = cp().node_client(&marker).await.unwrap();
+    let csr = nodeauth_testenv::create_csr(
+        &as_marker,
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "client auth"],
+        pem,
+    )
+    .await
+    .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin);
+    let decided = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(
+            csrs.clone(),
+            &csr,
+            |c: Option<&CertificateSigningRequest>| !decision_conditions(c).is_empty(),
+        ),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("the approver did not decide the marker CSR {csr} in 60s"))
+    .unwrap();
+    let decisions = decision_conditions(decided.as_ref());
+    assert!(
+        decisions.iter().any(|(t, _)| t == "Approved"),
+        "the marker node's renewal CSR {csr} was not approved: {decisions:?}"
+    );
+    csrs.delete(&csr, &Default::default()).await.unwrap();
+    nodes.delete(&marker, &Default::default()).await.unwrap();
+}
+
+/// The Approved/Denied/Failed conditions of a CSR: (type, message).
+fn decision_conditions(c: Option<&CertificateSigningRequest>) -> Vec<(String, String)> {
+    c.and_then(|c| c.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| ["Approved", "Denied", "Failed"].contains(&c.type_.as_str()))
+        .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()))
+        .collect()
 }
 
 /// nodeauth whose approver serves the TPM attestation endpoint (trusting swtpm's local EK CA)
