@@ -2,35 +2,119 @@
 //! flow (nodeauth_tpm's crate docs), which must happen before the node creates its CSR.
 //! Messages are `nodeauth_tpm::endpoint`'s; the logic is `TpmVerifier`'s.
 //!
-//! Pending activations live in this process's memory, so the calls of one node must reach the
-//! same replica: only the leader is Ready, so a Service in front routes to the leader alone.
+//! Served only while this replica leads (and its caches are synced): pending activations live
+//! in the leader's memory, so every call of one node reaches the replica that issued its
+//! challenge, and a standby never hands out challenges it cannot complete. (Only the leader is
+//! Ready too, so a Service in front routes to it alone.)
+//!
+//! Anyone who reaches the port may ask for challenges, so each request is refused as cheaply as
+//! possible before any expensive work (EK certificate chain, MakeCredential), in this order:
+//! not leading; a body over [`MAX_BODY`]; not JSON/base64; more than `per_source` pending
+//! challenges from the source address; more than `per_name` for the node name; the EK's pin
+//! ([`nodeauth_tpm::pin`]: a pinned name for another EK, a pinned EK for another name);
+//! more than `per_ek` for the EK; more than [`MAX_PENDING`] in all. Every refusal is counted in
+//! `nodeauth_approver_tpm_challenges_refused_total{reason}`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use nodeauth_runtime::CancellationToken;
+use nodeauth_runtime::{CancellationToken, LeaderStatus};
 use nodeauth_tpm::endpoint::{
     ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
     ChallengeResponse, ErrorResponse, decode_id,
 };
 use nodeauth_tpm::provider::TpmAttestVerifier;
-use nodeauth_tpm::{PendingActivation, TpmRejection};
+use nodeauth_tpm::{EkFingerprint, PendingActivation, TpmRejection};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use rand_core::UnwrapErr;
 
-/// Pending activations kept at most (oldest expiring first are dropped beyond it).
-const MAX_PENDING: usize = 10_000;
+/// Pending activations kept at most, whatever the limits per source, name and EK.
+pub const MAX_PENDING: usize = 10_000;
+/// The largest request body read (an EK certificate chain is a few KiB).
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// How many unanswered challenges may be pending at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Per EK (one TPM, or one captured request replayed).
+    pub per_ek: usize,
+    /// Per node name.
+    pub per_name: usize,
+    /// Per source IP address.
+    pub per_source: usize,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// The endpoint's metrics.
+#[derive(Clone)]
+pub struct EndpointMetrics {
+    refused: Family<ReasonLabels, Counter>,
+    issued: Counter,
+    activated: Counter,
+}
+
+impl EndpointMetrics {
+    pub fn register(registry: &nodeauth_runtime::Metrics) -> Self {
+        let m = EndpointMetrics {
+            refused: Family::default(),
+            issued: Counter::default(),
+            activated: Counter::default(),
+        };
+        registry.register(
+            "nodeauth_approver_tpm_challenges_refused",
+            "TPM challenge requests refused by the attestation endpoint, by reason (not_leader, \
+             invalid_request, source_limit, name_limit, ek_limit, busy, ek_not_pinned, \
+             ek_pinned_to_other_node, ek_pin_invalid, rejected)",
+            m.refused.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_tpm_challenges_issued",
+            "TPM credential challenges issued by the attestation endpoint",
+            m.issued.clone(),
+        );
+        registry.register(
+            "nodeauth_approver_tpm_activations",
+            "TPM credential activations completed (tickets issued) by the attestation endpoint",
+            m.activated.clone(),
+        );
+        m
+    }
+
+    fn refused(&self, reason: &'static str) {
+        self.refused.get_or_create(&ReasonLabels { reason }).inc();
+    }
+}
+
+struct Entry {
+    pending: PendingActivation,
+    source: IpAddr,
+}
 
 struct Endpoint {
     verifier: Arc<TpmAttestVerifier>,
-    pending: Mutex<HashMap<[u8; 16], PendingActivation>>,
+    pending: Mutex<HashMap<[u8; 16], Entry>>,
+    limits: Limits,
+    leader: LeaderStatus,
+    metrics: EndpointMetrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update is a single insert or remove: a poisoned map is still consistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
@@ -60,16 +144,139 @@ fn rejected(e: &TpmRejection) -> Response {
     error(StatusCode::FORBIDDEN, "tpm.rejected", e.to_string())
 }
 
-async fn challenge(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
+/// Which limit a new challenge for (`source`, `name`, `ek`) would exceed, if any. `ek` is
+/// `None` before the EK is known (the checks that need no parsing).
+fn over_limit(
+    map: &HashMap<[u8; 16], Entry>,
+    limits: &Limits,
+    source: IpAddr,
+    name: &str,
+    ek: Option<&EkFingerprint>,
+) -> Option<&'static str> {
+    let pending = map
+        .values()
+        .map(|e| (e.source, e.pending.node_name.as_str(), &e.pending.ek));
+    over_limit_of(pending, map.len(), limits, source, name, ek)
+}
+
+/// [`over_limit`] over (source, node name, EK) of each pending challenge.
+fn over_limit_of<'a>(
+    pending: impl Iterator<Item = (IpAddr, &'a str, &'a EkFingerprint)>,
+    total: usize,
+    limits: &Limits,
+    source: IpAddr,
+    name: &str,
+    ek: Option<&EkFingerprint>,
+) -> Option<&'static str> {
+    let (mut by_source, mut by_name, mut by_ek) = (0, 0, 0);
+    for (s, n, e) in pending {
+        by_source += usize::from(s == source);
+        by_name += usize::from(n == name);
+        by_ek += usize::from(Some(e) == ek);
+    }
+    if by_source >= limits.per_source {
+        Some("source_limit")
+    } else if by_name >= limits.per_name {
+        Some("name_limit")
+    } else if ek.is_some() && by_ek >= limits.per_ek {
+        Some("ek_limit")
+    } else if total >= MAX_PENDING {
+        Some("busy")
+    } else {
+        None
+    }
+}
+
+fn limit_response(reason: &'static str) -> Response {
+    let (status, message) = match reason {
+        "busy" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many pending activations; retry later",
+        ),
+        "source_limit" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many unanswered challenges from this address; answer them or wait for them to expire",
+        ),
+        "name_limit" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many unanswered challenges for this node name; answer them or wait for them to expire",
+        ),
+        _ => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many unanswered challenges for this EK; answer them or wait for them to expire",
+        ),
+    };
+    error(status, &format!("endpoint.{reason}"), message)
+}
+
+fn pin_reason(e: &TpmRejection) -> &'static str {
+    match e {
+        TpmRejection::EkNotPinned { .. } => "ek_not_pinned",
+        TpmRejection::EkPinnedToOtherNode { .. } => "ek_pinned_to_other_node",
+        TpmRejection::EkPinInvalid { .. } | TpmRejection::EkPinUnavailable(_) => "ek_pin_invalid",
+        _ => "rejected",
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn challenge(
+    State(ep): State<Arc<Endpoint>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Bytes,
+) -> Response {
+    if !ep.leader.is_leader() {
+        ep.metrics.refused("not_leader");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "endpoint.not_leader",
+            "this approver replica does not lead; retry (the Service routes to the leader)",
+        );
+    }
+    let source = peer.ip();
+    let invalid = |e: String| {
+        ep.metrics.refused("invalid_request");
+        error(StatusCode::BAD_REQUEST, "request.invalid", e)
+    };
     let request: ChallengeRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "request.invalid", e.to_string()),
+        Err(e) => return invalid(e.to_string()),
     };
     let activation = match request.to_activation_request() {
         Ok(a) => a,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "request.invalid", e.to_string()),
+        Err(e) => return invalid(e.to_string()),
     };
+    let name = activation.node_name.as_str();
+    if name.is_empty() || name.len() > 253 {
+        return invalid("nodeName: must be 1 to 253 characters".into());
+    }
     let now = SystemTime::now();
+    let now_unix = unix(now);
+    // Limits that need no parsing.
+    {
+        let mut map = lock(&ep.pending);
+        map.retain(|_, e| e.pending.expires_at >= now_unix);
+        if let Some(reason) = over_limit(&map, &ep.limits, source, name, None) {
+            ep.metrics.refused(reason);
+            return limit_response(reason);
+        }
+    }
+    // The EK's fingerprint and its pins: parsing only, no cryptography.
+    let (ek, _pinned) = match ep.verifier.inner().precheck_challenge(&activation) {
+        Ok(p) => p,
+        Err(e) => {
+            ep.metrics.refused(pin_reason(&e));
+            return rejected(&e);
+        }
+    };
+    if let Some(reason) = over_limit(&lock(&ep.pending), &ep.limits, source, name, Some(&ek)) {
+        ep.metrics.refused(reason);
+        return limit_response(reason);
+    }
+    // The expensive part: the EK certificate chain and MakeCredential.
     let issued = ep.verifier.inner().issue_challenge(
         &activation,
         None,
@@ -78,24 +285,22 @@ async fn challenge(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
     );
     match issued {
         Ok((challenge, pending)) => {
-            if let Ok(mut map) = ep.pending.lock() {
-                let now_unix = now
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                map.retain(|_, p| p.expires_at >= now_unix);
-                if map.len() >= MAX_PENDING {
-                    return error(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "endpoint.busy",
-                        "too many pending activations; retry later",
-                    );
-                }
-                map.insert(challenge.id, pending);
+            // Again under the lock that inserts: concurrent requests may have filled a limit.
+            let mut map = lock(&ep.pending);
+            if let Some(reason) = over_limit(&map, &ep.limits, source, name, Some(&pending.ek)) {
+                ep.metrics.refused(reason);
+                return limit_response(reason);
             }
-            tracing::info!(node = %activation.node_name, "issued a TPM credential challenge");
+            map.insert(challenge.id, Entry { pending, source });
+            drop(map);
+            ep.metrics.issued.inc();
+            tracing::info!(node = %activation.node_name, %source, ek = %ek, "issued a TPM credential challenge");
             json(&ChallengeResponse::from(&challenge))
         }
-        Err(e) => rejected(&e),
+        Err(e) => {
+            ep.metrics.refused(pin_reason(&e));
+            rejected(&e)
+        }
     }
 }
 
@@ -110,7 +315,7 @@ async fn activate(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
             return error(StatusCode::BAD_REQUEST, "request.invalid", e.to_string());
         }
     };
-    let pending = ep.pending.lock().ok().and_then(|mut m| m.remove(&id));
+    let pending = lock(&ep.pending).remove(&id).map(|e| e.pending);
     let Some(pending) = pending else {
         return error(
             StatusCode::NOT_FOUND,
@@ -126,6 +331,7 @@ async fn activate(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
         &mut UnwrapErr(getrandom::SysRng),
     ) {
         Ok(ticket) => {
+            ep.metrics.activated.inc();
             tracing::info!(node = %node, "TPM credential activated; ticket issued");
             json(&ActivateResponse::from(&ticket))
         }
@@ -133,23 +339,67 @@ async fn activate(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
     }
 }
 
-/// Serves the endpoint on `addr` until `stop`.
+/// Serves the endpoint on `addr` until `stop` (call it only while leading: `leader` also
+/// refuses every challenge the moment leadership is lost).
 pub async fn serve(
     addr: SocketAddr,
     verifier: Arc<TpmAttestVerifier>,
+    limits: Limits,
+    leader: LeaderStatus,
+    metrics: EndpointMetrics,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let state = Arc::new(Endpoint {
         verifier,
         pending: Mutex::new(HashMap::new()),
+        limits,
+        leader,
+        metrics,
     });
     let app = Router::new()
         .route(CHALLENGE_PATH, post(challenge))
         .route(ACTIVATE_PATH, post(activate))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving the attestation endpoint");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    tracing::info!(%addr, ?limits, "serving the attestation endpoint (leading)");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop.cancelled_owned())
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_per_source_name_and_ek() {
+        let limits = Limits {
+            per_ek: 2,
+            per_name: 1,
+            per_source: 3,
+        };
+        let ek = |b: u8| EkFingerprint([b; 32]);
+        let (ek1, ek2) = (ek(1), ek(2));
+        let ip = IpAddr::from([10, 0, 0, 1]);
+        let other = IpAddr::from([10, 0, 0, 2]);
+        let mut map: Vec<(IpAddr, &str, &EkFingerprint)> = vec![(ip, "a", &ek1)];
+        let check = |map: &Vec<(IpAddr, &str, &EkFingerprint)>, src, name, e| {
+            over_limit_of(map.iter().copied(), map.len(), &limits, src, name, e)
+        };
+        // The same name again, from anywhere: refused before the EK is known.
+        assert_eq!(check(&map, other, "a", None), Some("name_limit"));
+        assert_eq!(check(&map, ip, "b", Some(&ek1)), None);
+        map.push((ip, "b", &ek1));
+        // A third challenge for EK 1, from anywhere, for any name.
+        assert_eq!(check(&map, other, "c", Some(&ek1)), Some("ek_limit"));
+        assert_eq!(check(&map, other, "c", Some(&ek2)), None);
+        map.push((ip, "c", &ek2));
+        // A fourth from the same source, whatever the name and EK.
+        assert_eq!(check(&map, ip, "d", None), Some("source_limit"));
+        assert_eq!(check(&map, other, "d", Some(&ek(3))), None);
+    }
 }

@@ -2,18 +2,25 @@
 //! attestation outcomes. Each is looked up only when the deciding policy has a rule that reads it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use kube::core::DynamicObject;
+use kube::runtime::reflector::Store;
 use nodeauth_attest::providers::insecure::InsecureVerifier;
 use nodeauth_attest::{Envelope, InMemoryReplayCache, Purpose, Registry, kube_tofu::KubeTofuStore};
+use nodeauth_policy::MachineKind;
+use nodeauth_policy::k8s::machine_facts;
 use nodeauth_policy::{AttestationSummary, CsrFacts, SarAnswers};
+use nodeauth_tpm::pin::{
+    EkAllowlist, EkPin, EkPins, MACHINE_ANNOTATION, PinLookup, parse_pin_value,
+};
 use nodeauth_tpm::provider::TpmAttestVerifier;
-use nodeauth_tpm::{EkCaBundle, TicketKey, TpmVerifier, VerifierConfig};
+use nodeauth_tpm::{EkCaBundle, EkFingerprint, TicketKey, TpmVerifier, VerifierConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LookupError {
@@ -41,6 +48,64 @@ pub struct TpmConfig {
     pub ek_ca_pem: String,
     /// The key that signs activation tickets (shared by all replicas).
     pub ticket_key: [u8; 32],
+    /// Operator pins (`--tpm-ek-allowlist`).
+    pub ek_allowlist: EkAllowlist,
+}
+
+/// The EK pins the `tpm` provider enforces: the operator allowlist and the
+/// `cluster-x-k8s-io/tpm-endorsement-key` annotation of the Machines in the `--machines`
+/// inventory (a Machine pins the node it matches as machine rules match it: `status.nodeRef`,
+/// or a `Hostname`/`InternalDNS` address). Neither source is writable by a node.
+pub struct ApproverPins {
+    allowlist: EkAllowlist,
+    machines: OnceLock<Vec<(MachineKind, Store<DynamicObject>)>>,
+}
+
+impl ApproverPins {
+    /// Starts reading Machine pins from `stores` (once; their caches must be synced before
+    /// anything is decided or served, which the approver waits for).
+    pub fn set_machines(&self, stores: Vec<(MachineKind, Store<DynamicObject>)>) {
+        let _ = self.machines.set(stores);
+    }
+}
+
+impl EkPins for ApproverPins {
+    fn lookup(&self, node: &str, ek: &EkFingerprint) -> Result<PinLookup, String> {
+        let mut out = PinLookup::default();
+        self.allowlist.lookup_into(node, ek, &mut out);
+        let Some(stores) = self.machines.get() else {
+            return Err("the Machine inventory is not started yet".into());
+        };
+        for (kind, store) in stores {
+            for m in store.state() {
+                let Some(value) = m
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(MACHINE_ANNOTATION))
+                else {
+                    continue;
+                };
+                let Some(facts) = serde_json::to_value(m.as_ref())
+                    .ok()
+                    .and_then(|v| machine_facts(*kind, &v))
+                else {
+                    continue;
+                };
+                let source = format!(
+                    "Machine {}/{} annotation {MACHINE_ANNOTATION}",
+                    facts.namespace, facts.name
+                );
+                let pinned = parse_pin_value(value);
+                if facts.matches_node(node) {
+                    out.for_node.push(EkPin { source, ek: pinned });
+                } else if pinned.as_ref() == Ok(ek) {
+                    out.ek_pinned_elsewhere.push(source);
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// Asks upstream's two SubjectAccessReviews for the CSR's requester: may it create
@@ -120,6 +185,8 @@ pub struct Attestation {
     replay: InMemoryReplayCache,
     tofu: KubeTofuStore,
     outcomes: Mutex<HashMap<String, Result<AttestationSummary, String>>>,
+    /// The `tpm` provider's EK pins, when it is configured.
+    pub pins: Option<Arc<ApproverPins>>,
 }
 
 /// Outcomes kept per CSR uid before the oldest are forgotten.
@@ -136,6 +203,7 @@ impl Attestation {
     ) -> Result<(Arc<Self>, Option<Arc<TpmAttestVerifier>>), SetupError> {
         let mut registry = Registry::new();
         let mut tpm_verifier = None;
+        let mut pins = None;
         let mut tpm = tpm;
         for p in providers {
             match p.as_str() {
@@ -151,11 +219,19 @@ impl Attestation {
                     if ek_ca.is_empty() {
                         return Err(SetupError::EkCa("no certificate in the bundle".into()));
                     }
-                    let verifier = Arc::new(TpmAttestVerifier::new(TpmVerifier::new(
-                        VerifierConfig::new(ek_ca, TicketKey::new(config.ticket_key)),
-                        Arc::new(nodeauth_tpm::InMemoryReplayCache::new()),
-                        Arc::new(nodeauth_tpm::InMemoryTofuStore::new()),
-                    )));
+                    let tpm_pins = Arc::new(ApproverPins {
+                        allowlist: config.ek_allowlist,
+                        machines: OnceLock::new(),
+                    });
+                    let verifier = Arc::new(TpmAttestVerifier::new(
+                        TpmVerifier::new(
+                            VerifierConfig::new(ek_ca, TicketKey::new(config.ticket_key)),
+                            Arc::new(nodeauth_tpm::InMemoryReplayCache::new()),
+                            Arc::new(nodeauth_tpm::InMemoryTofuStore::new()),
+                        )
+                        .with_pins(tpm_pins.clone()),
+                    ));
+                    pins = Some(tpm_pins);
                     let _ = registry.register(verifier.clone());
                     tpm_verifier = Some(verifier);
                 }
@@ -167,6 +243,7 @@ impl Attestation {
             replay: InMemoryReplayCache::new(),
             tofu: KubeTofuStore::new(client, tofu_namespace),
             outcomes: Mutex::new(HashMap::new()),
+            pins,
         });
         Ok((attestation, tpm_verifier))
     }

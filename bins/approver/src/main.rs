@@ -97,10 +97,35 @@ struct Cli {
     #[arg(long, env = "NODEAUTH_TPM_TICKET_KEY_FILE", value_name = "FILE")]
     tpm_ticket_key_file: Option<PathBuf>,
 
-    /// Serve the attestation endpoint (TPM challenges) here, e.g. 0.0.0.0:8443. Nodes using
-    /// `agent --attestation tpm` call it before creating their CSR.
+    /// EK pins by the operator (provider tpm): a file of `<node-name> sha256:<hex>` lines
+    /// (`#` comments), the hex being SHA-256 of the EK's DER SubjectPublicKeyInfo. A pinned
+    /// node name is attested only by its pinned EK, a pinned EK only for its pinned names
+    /// (checked when the challenge is issued and again on the CSR's evidence), whatever trust on
+    /// first use recorded. Machines of the --machines inventory pin their node likewise with
+    /// the annotation `cluster-x-k8s-io/tpm-endorsement-key` (`sha256:<hex>` or the EK's PEM
+    /// `PUBLIC KEY`). A pinned EK needs no certificate chaining to --tpm-ek-ca.
+    #[arg(long, env = "NODEAUTH_TPM_EK_ALLOWLIST", value_name = "FILE")]
+    tpm_ek_allowlist: Option<PathBuf>,
+
+    /// Serve the attestation endpoint (TPM challenges) here, e.g. 0.0.0.0:8443, while this
+    /// replica leads and its caches are synced. Nodes using `agent --attestation tpm` call it
+    /// before creating their CSR.
     #[arg(long, env = "NODEAUTH_ATTESTATION_BIND_ADDRESS", value_name = "ADDR")]
     attestation_bind_address: Option<std::net::SocketAddr>,
+
+    /// Unanswered TPM challenges allowed at once per EK (a replayed request asking for many
+    /// names is refused beyond this).
+    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_EK", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    tpm_max_pending_per_ek: u32,
+
+    /// Unanswered TPM challenges allowed at once per node name.
+    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_NAME", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    tpm_max_pending_per_name: u32,
+
+    /// Unanswered TPM challenges allowed at once per source IP address (behind a proxy that
+    /// hides client addresses, all clients share one source: raise it).
+    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_SOURCE", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    tpm_max_pending_per_source: u32,
 
     /// Namespace of the trust-on-first-use bindings (ConfigMaps) of verified attestations.
     #[arg(
@@ -128,13 +153,21 @@ struct Cli {
     /// The cluster's Service IP range(s), never issued in a serving certificate. Default: read
     /// from the ServiceCIDR objects (kube-apiserver's --service-cluster-ip-range). Until the
     /// range is known, every IP SAN is refused.
-    #[arg(long = "service-cidr", env = "NODEAUTH_SERVICE_CIDRS", value_delimiter = ',')]
+    #[arg(
+        long = "service-cidr",
+        env = "NODEAUTH_SERVICE_CIDRS",
+        value_delimiter = ','
+    )]
     service_cidrs: Vec<String>,
 
     /// More names kube-apiserver is reached by (a load balancer's name, say), never issued in a
     /// serving certificate; the SANs of the certificate it serves are read at start and
     /// `kubernetes`, `kubernetes.default`, `kubernetes.default.svc[.<domain>]` always count.
-    #[arg(long = "apiserver-name", env = "NODEAUTH_APISERVER_NAMES", value_delimiter = ',')]
+    #[arg(
+        long = "apiserver-name",
+        env = "NODEAUTH_APISERVER_NAMES",
+        value_delimiter = ','
+    )]
     apiserver_names: Vec<String>,
 
     #[command(flatten)]
@@ -215,6 +248,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             ek_ca_pem: std::fs::read_to_string(ca)
                 .map_err(|e| format!("--tpm-ek-ca {}: {e}", ca.display()))?,
             ticket_key: read_ticket_key(key)?,
+            ek_allowlist: match &cli.tpm_ek_allowlist {
+                Some(path) => nodeauth_tpm::pin::EkAllowlist::parse(
+                    &std::fs::read_to_string(path)
+                        .map_err(|e| format!("--tpm-ek-allowlist {}: {e}", path.display()))?,
+                )
+                .map_err(|e| format!("--tpm-ek-allowlist {}: {e}", path.display()))?,
+                None => nodeauth_tpm::pin::EkAllowlist::default(),
+            },
         }),
         _ => None,
     };
@@ -224,16 +265,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         client.clone(),
         &cli.tofu_namespace,
     )?;
-    if let Some(addr) = cli.attestation_bind_address {
-        let verifier =
-            tpm_verifier.ok_or("--attestation-bind-address needs --attestation-provider=tpm")?;
-        let stop = rt.shutdown().token();
-        tokio::spawn(async move {
-            if let Err(e) = endpoint::serve(addr, verifier, stop).await {
-                tracing::error!(%addr, error = %e, "the attestation endpoint failed");
-            }
-        });
+    if cli.tpm_ek_allowlist.is_some() && tpm_verifier.is_none() {
+        return Err("--tpm-ek-allowlist needs --attestation-provider=tpm".into());
     }
+    // The endpoint is started below, only while leading and once the caches are synced.
+    let endpoint = match cli.attestation_bind_address {
+        Some(addr) => Some((
+            addr,
+            tpm_verifier.ok_or("--attestation-bind-address needs --attestation-provider=tpm")?,
+            endpoint::Limits {
+                per_ek: cli.tpm_max_pending_per_ek as usize,
+                per_name: cli.tpm_max_pending_per_name as usize,
+                per_source: cli.tpm_max_pending_per_source as usize,
+            },
+            endpoint::EndpointMetrics::register(rt.metrics()),
+        )),
+        None => None,
+    };
+    let leader = rt.leader_status();
     let events = rt.events();
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
@@ -279,18 +328,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         }
                     }
                 });
-        let (cluster, drive_cluster) = cluster::Cluster::start(
-            &client,
-            service_cidrs,
-            apiserver_names,
-            apiserver_ips,
-        );
+        let (cluster, drive_cluster) =
+            cluster::Cluster::start(&client, service_cidrs, apiserver_names, apiserver_ips);
         let inventory = inventory::Inventory::start(
             &client,
             &cli.machines,
             cli.policy_crd.then(|| policies.clone()),
             events.clone(),
         );
+        if let Some(pins) = &attestation.pins {
+            pins.set_machines(inventory.machines.clone());
+        }
         let controller = Controller::new(csrs.clone(), watcher::Config::default())
             .with_config(cli.runtime.controller_config());
         let ctx = Arc::new(decide::Ctx {
@@ -316,14 +364,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
         let caches = inventory.ready();
+        let endpoint_stop = stop.clone();
         let run_controller = async move {
             // Deciding with an empty Node cache would approve impostors ("no node of that
             // name"); likewise for Machines and served policies: wait for the first lists.
-            if nodes.wait_until_ready().await.is_err() || !caches.await || !cluster.ready().await
-            {
+            if nodes.wait_until_ready().await.is_err() || !caches.await || !cluster.ready().await {
                 return;
             }
             synced.set_ready(true);
+            // Challenges only from the leader (it holds them until answered), and only once the
+            // Machine cache that EK pins are read from is synced.
+            if let Some((addr, verifier, limits, metrics)) = endpoint {
+                tokio::spawn(async move {
+                    if let Err(e) =
+                        endpoint::serve(addr, verifier, limits, leader, metrics, endpoint_stop)
+                            .await
+                    {
+                        tracing::error!(%addr, error = %e, "the attestation endpoint failed");
+                    }
+                });
+            }
             controller
                 .graceful_shutdown_on(stop.cancelled_owned())
                 .run(decide::reconcile, decide::error_policy, ctx)

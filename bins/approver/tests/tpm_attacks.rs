@@ -1,0 +1,397 @@
+//! Attacks on TPM attestation (tracker issue 25), on two software TPMs against the real API
+//! server, with two approver replicas under leader election:
+//!
+//! - **EK pins.** A second genuine TPM asking for the name of a Machine pinned (annotation
+//!   `cluster-x-k8s-io/tpm-endorsement-key`) to another TPM is refused at the challenge, and
+//!   its CSR — with a ticket obtained before the pin appeared — is denied; the pinned TPM is
+//!   then approved. A name that trust on first use bound to the wrong TPM goes to the TPM its
+//!   Machine pins (the pin wins), and a pinned TPM is refused for names pinned to no one.
+//! - **Flooding.** One captured challenge request replayed with random node names from one
+//!   source gets at most `--tpm-max-pending-per-ek` challenges (and at most
+//!   `--tpm-max-pending-per-name` for one name); every refusal is counted by reason; a real join
+//!   from another TPM still succeeds.
+//! - **Replicas.** The endpoint is served only by the leader: a standby's port is closed until
+//!   it takes over.
+//!
+//! One test, because every approver in this process decides every CSR of the shared control
+//! plane.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use nodeauth_attest::attested_csr;
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_testenv::{Swtpm, manifests, unique_name};
+use nodeauth_tpm::agent::{Ak, AkKind, Ek, EkKind, TpmAgent};
+use nodeauth_tpm::endpoint::{
+    ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
+    ChallengeResponse,
+};
+use nodeauth_tpm::provider::{CsrKeyEvidence, TpmAttestor};
+use nodeauth_tpm::{EkFingerprint, certificate_spki};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+const POLICY: &str = "\
+name: tpm-machine
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters:
+  groups: [system:bootstrappers]
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+- rule: machineMustExist
+- rule: attestation
+  required: true
+  providers: [tpm]
+";
+
+const FAST_ELECTION: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=500ms",
+];
+
+/// POSTs JSON to the endpoint on 127.0.0.1:`port` from source address `from` (any 127/8
+/// address: Linux routes them all to loopback).
+async fn post_from(
+    from: [u8; 4],
+    port: u16,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind((std::net::Ipv4Addr::from(from), 0).into())?;
+    let mut s = socket.connect(([127, 0, 0, 1], port).into()).await?;
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let response = String::from_utf8_lossy(&raw).into_owned();
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+async fn post(port: u16, path: &str, body: &str) -> (u16, String) {
+    post_from([127, 0, 0, 1], port, path, body)
+        .await
+        .expect("endpoint reachable")
+}
+
+/// One node's TPM: its EK (with certificate) and an AK.
+struct Tpm {
+    agent: TpmAgent,
+    ek: Ek,
+    ek_cert: Vec<u8>,
+    ak: Ak,
+    // Last: dropped after the agent's connection to it.
+    _swtpm: Swtpm,
+}
+
+impl Tpm {
+    fn start() -> Self {
+        let swtpm = Swtpm::start().unwrap();
+        let mut agent = TpmAgent::connect(&swtpm.tcti()).unwrap();
+        let ek_cert = agent.ek_certificate(EkKind::Rsa2048).unwrap();
+        let ek = agent.persisted_ek(EkKind::Rsa2048).unwrap();
+        let ak = agent.create_ak(&ek, AkKind::EccP256).unwrap();
+        Tpm {
+            _swtpm: swtpm,
+            agent,
+            ek,
+            ek_cert,
+            ak,
+        }
+    }
+
+    fn fingerprint(&self) -> EkFingerprint {
+        EkFingerprint::of_spki(&certificate_spki(&self.ek_cert).unwrap())
+    }
+
+    /// The challenge request for `node` (what an eavesdropper captures).
+    fn challenge_body(&mut self, node: &str) -> String {
+        let request =
+            self.agent
+                .activation_request(node, &self.ek, Some(self.ek_cert.clone()), &self.ak);
+        serde_json::to_string(&ChallengeRequest::from(&request)).unwrap()
+    }
+
+    /// Challenge and activation for `node`: the ticket, or the refusal (status, body).
+    async fn ticket(&mut self, port: u16, node: &str) -> Result<Vec<u8>, (u16, String)> {
+        let (status, answer) = post(port, CHALLENGE_PATH, &self.challenge_body(node)).await;
+        if status != 200 {
+            return Err((status, answer));
+        }
+        let challenge = serde_json::from_str::<ChallengeResponse>(&answer)
+            .unwrap()
+            .to_challenge()
+            .unwrap();
+        let proof = self
+            .agent
+            .activate_credential(&self.ek, &self.ak, &challenge)
+            .unwrap();
+        let body = serde_json::to_string(&ActivateRequest::new(&challenge.id, &proof)).unwrap();
+        let (status, answer) = post(port, ACTIVATE_PATH, &body).await;
+        if status != 200 {
+            return Err((status, answer));
+        }
+        Ok(serde_json::from_str::<ActivateResponse>(&answer)
+            .unwrap()
+            .ticket_bytes()
+            .unwrap())
+    }
+
+    /// A kubelet client CSR for `node` carrying TPM evidence under `ticket`, created with a
+    /// bootstrap token; returns its decision (type, reason, message).
+    async fn csr(&mut self, ticket: &[u8], node: &str) -> (String, String, String) {
+        let key = CsrSigningKey::generate_p256().unwrap();
+        let CsrSigningKey::P256(signing) = &key else {
+            panic!("a P-256 key")
+        };
+        let secret = p256::SecretKey::from(signing.as_nonzero_scalar());
+        let attestor = TpmAttestor::new(
+            &mut self.agent,
+            &self.ak,
+            format!("tpm://{node}"),
+            CsrKeyEvidence::Certify(secret),
+        );
+        let pem = attested_csr(
+            CsrBuilder::kubelet_client(node),
+            &key,
+            node,
+            &attestor,
+            Some(ticket),
+            None,
+        )
+        .unwrap();
+        let client = bootstrap_client().await;
+        let name = create_csr(&client, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+        decisions(&decided(&name, 60).await).remove(0)
+    }
+}
+
+fn machines_api(admin: kube::Client) -> Api<DynamicObject> {
+    let r = ApiResource {
+        group: "machine.openshift.io".into(),
+        version: "v1beta1".into(),
+        api_version: "machine.openshift.io/v1beta1".into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    };
+    Api::namespaced_with(admin, "default", &r)
+}
+
+/// An OpenShift Machine for `node` (InternalDNS address), its EK pinned to `ek`.
+async fn pinned_machine(node: &str, ek: &EkFingerprint) {
+    let admin = cp().admin_client().await.unwrap();
+    let machines = machines_api(admin);
+    let name = unique_name("m");
+    let machine = serde_json::json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {
+            "name": name, "namespace": "default",
+            "annotations": {"cluster-x-k8s-io/tpm-endorsement-key": ek.to_string()},
+        },
+        "spec": {},
+    });
+    machines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(machine).unwrap(),
+        )
+        .await
+        .unwrap();
+    machines
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"addresses": [{"type": "InternalDNS", "address": node}]}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await; // the approvers' Machine caches
+}
+
+#[tokio::test]
+async fn tpm_pins_flood_limits_and_leader_only_endpoint() {
+    cp().install_machine_crds().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let (issuer, root) = Swtpm::ek_ca_chain_pem().unwrap();
+    let ek_ca = dir.path().join("ek-ca.pem");
+    std::fs::write(&ek_ca, format!("{issuer}{root}")).unwrap();
+    let key_file = dir.path().join("ticket.key");
+    std::fs::write(&key_file, "cd".repeat(32)).unwrap();
+    let args = |port: u16| -> Vec<String> {
+        let mut a: Vec<String> = FAST_ELECTION.iter().map(|s| (*s).to_owned()).collect();
+        a.extend([
+            format!("--policy={}", policy.display()),
+            "--machines=openshift".into(),
+            "--attestation-provider=tpm".into(),
+            format!("--tpm-ek-ca={}", ek_ca.display()),
+            format!("--tpm-ticket-key-file={}", key_file.display()),
+            format!("--attestation-bind-address=127.0.0.1:{port}"),
+            "--tpm-max-pending-per-ek=4".into(),
+            "--tpm-max-pending-per-name=2".into(),
+            "--tpm-max-pending-per-source=64".into(),
+        ]);
+        a
+    };
+    let port = manifests::free_port().unwrap();
+    let standby_port = manifests::free_port().unwrap();
+    let mut leader = start_approver_with(&args(port), true).await;
+    let standby = start_approver_with(&args(standby_port), false).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!standby.is_ready(), "only one replica leads");
+
+    // --- Replicas: only the leader serves the endpoint.
+    assert!(
+        post_from([127, 0, 0, 1], standby_port, CHALLENGE_PATH, "{}")
+            .await
+            .is_err(),
+        "a standby must not serve challenges:\n{}",
+        standby.process.log_tail(20)
+    );
+    let (status, answer) = post(port, CHALLENGE_PATH, "{}").await;
+    assert_eq!(status, 400, "the leader serves: {answer}");
+
+    let mut tpm1 = Tpm::start();
+    let mut tpm2 = Tpm::start();
+    let ek1 = tpm1.fingerprint();
+
+    // --- Pins. TPM 2 gets a ticket for `node` while nothing pins it yet...
+    let node = unique_name("pinned");
+    let early = tpm2
+        .ticket(port, &node)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", leader.process.log_tail(30)));
+    // ...then the Machine appears, pinned to TPM 1.
+    pinned_machine(&node, &ek1).await;
+    // TPM 2 asking for the pinned name: refused at the challenge.
+    let refused = tpm2.ticket(port, &node).await.unwrap_err();
+    assert_eq!(refused.0, 403, "{refused:?}");
+    assert!(refused.1.contains("pinned"), "{refused:?}");
+    // Its CSR with the ticket from before the pin: denied at verification.
+    let d = tpm2.csr(&early, &node).await;
+    assert_eq!(d.0, "Denied", "{d:?}\n{}", leader.process.log_tail(30));
+    assert!(d.2.contains("pinned"), "{d:?}");
+    // TPM 1, the pinned one: approved.
+    let ticket = tpm1.ticket(port, &node).await.unwrap();
+    let d = tpm1.csr(&ticket, &node).await;
+    assert_eq!(d.0, "Approved", "{d:?}\n{}", leader.process.log_tail(30));
+
+    // A name trust on first use bound to TPM 2 (its attestation verified, its CSR denied for
+    // want of a Machine) ...
+    let taken = unique_name("tofu");
+    let ticket = tpm2.ticket(port, &taken).await.unwrap();
+    let d = tpm2.csr(&ticket, &taken).await;
+    assert_eq!(d.0, "Denied", "{d:?}");
+    assert!(d.2.contains("machine"), "{d:?}");
+    // ... is refused to TPM 1 while TPM 1 is pinned to other names only ...
+    let refused = tpm1.ticket(port, &taken).await.unwrap_err();
+    assert_eq!(refused.0, 403, "{refused:?}");
+    assert!(refused.1.contains("pinned to another node"), "{refused:?}");
+    // ... and goes to TPM 1 once its Machine pins it there: the pin beats the TOFU binding.
+    pinned_machine(&taken, &ek1).await;
+    let ticket = tpm1.ticket(port, &taken).await.unwrap();
+    let d = tpm1.csr(&ticket, &taken).await;
+    assert_eq!(d.0, "Approved", "{d:?}\n{}", leader.process.log_tail(30));
+
+    // --- Flood: TPM 2's captured request replayed from one source (127.0.0.2).
+    let attacker = [127, 0, 0, 2];
+    let fixed = unique_name("flood");
+    let captured = tpm2.challenge_body(&fixed);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(
+            post_from(attacker, port, CHALLENGE_PATH, &captured)
+                .await
+                .unwrap()
+                .0,
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429], "per-name limit");
+    let started = Instant::now();
+    let mut accepted = 0;
+    let mut refused_flood = 0;
+    for i in 0..300 {
+        let body = captured.replace(&fixed, &format!("{fixed}-{i}"));
+        let (status, answer) = post_from(attacker, port, CHALLENGE_PATH, &body)
+            .await
+            .unwrap();
+        match status {
+            200 => accepted += 1,
+            429 => {
+                assert!(answer.contains("endpoint.ek_limit"), "{answer}");
+                refused_flood += 1;
+            }
+            other => panic!("{other}: {answer}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "flood bounded in time"
+        );
+    }
+    assert_eq!(
+        accepted, 2,
+        "4 pending per EK, 2 of them for the fixed name"
+    );
+    assert_eq!(refused_flood, 298);
+    let refusals = |reason: &str| {
+        leader.metric(
+            "nodeauth_approver_tpm_challenges_refused_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    assert_eq!(refusals("ek_limit"), 298.0);
+    assert_eq!(refusals("name_limit"), 1.0);
+    assert!(refusals("ek_not_pinned") >= 1.0);
+    assert!(refusals("ek_pinned_to_other_node") >= 1.0);
+    // A real join from another TPM meanwhile.
+    let fresh = unique_name("real");
+    pinned_machine(&fresh, &ek1).await;
+    let ticket = tpm1.ticket(port, &fresh).await.unwrap();
+    let d = tpm1.csr(&ticket, &fresh).await;
+    assert_eq!(d.0, "Approved", "{d:?}\n{}", leader.process.log_tail(30));
+
+    // --- Replicas: the leader dies; the standby takes over and serves the endpoint.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(leader.process.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    leader.process.stop(Duration::from_millis(10));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !standby.is_ready() {
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not take over:\n{}",
+            standby.process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut served = None;
+    for _ in 0..50 {
+        if let Ok(r) = post_from([127, 0, 0, 1], standby_port, CHALLENGE_PATH, &captured).await {
+            served = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, answer) = served.expect("the new leader serves the endpoint");
+    assert_eq!(status, 200, "{answer}");
+}
