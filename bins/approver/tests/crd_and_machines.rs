@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
 use nodeauth_testenv::{manifests, unique_name};
 
 fn resource(group: &str, kind: &str, plural: &str, version: &str) -> ApiResource {
@@ -49,7 +51,18 @@ async fn served_policies_and_machine_inventory() {
     manifests::apply_file(&admin, &manifests::deploy_dir().join("approver/crd.yaml"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(2)).await; // CRD established
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        await_condition(
+            crds,
+            "nodeauthpolicies.nodeauth.io",
+            conditions::is_crd_established(),
+        ),
+    )
+    .await
+    .expect("the NodeAuthPolicy CRD established within 30s")
+    .unwrap();
     let spec = serde_json::json!({
         "signers": ["kubernetes.io/kube-apiserver-client-kubelet"],
         "requesters": {"groups": ["system:bootstrappers"]},
@@ -62,22 +75,8 @@ async fn served_policies_and_machine_inventory() {
     )
     .await;
 
-    // No --policy: everything comes from the cluster.
-    let approver = start_approver_with(
-        &["--policy-crd".into(), "--machines=openshift".into()],
-        false,
-    )
-    .await;
-    let client = bootstrap_client().await;
-
-    // A node without a Machine: denied by the served policy's machine rule.
-    let stray = unique_name("stray");
-    let csr = decided(&client_csr(&client, &stray).await, 60).await;
-    let d = decisions(&csr);
-    assert_eq!(d[0].0, "Denied", "{d:?}\n{}", approver.process.log_tail(30));
-    assert!(d[0].2.contains("machine.must_exist"), "{}", d[0].2);
-
-    // With its OpenShift Machine (status.addresses InternalDNS = the node name): approved.
+    // An OpenShift Machine (status.addresses InternalDNS = the node name), created before the
+    // approver starts: it is ready only once its Machine cache holds the first list.
     let node = unique_name("worker");
     let machines: Api<DynamicObject> = Api::namespaced_with(
         admin.clone(),
@@ -105,7 +104,23 @@ async fn served_policies_and_machine_inventory() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await; // the Machine cache
+
+    // No --policy: everything comes from the cluster.
+    let approver = start_approver_with(
+        &["--policy-crd".into(), "--machines=openshift".into()],
+        true,
+    )
+    .await;
+    let client = bootstrap_client().await;
+
+    // A node without a Machine: denied by the served policy's machine rule.
+    let stray = unique_name("stray");
+    let csr = decided(&client_csr(&client, &stray).await, 60).await;
+    let d = decisions(&csr);
+    assert_eq!(d[0].0, "Denied", "{d:?}\n{}", approver.process.log_tail(30));
+    assert!(d[0].2.contains("machine.must_exist"), "{}", d[0].2);
+
+    // With its Machine: approved.
     let csr = decided(&client_csr(&client, &node).await, 60).await;
     let d = decisions(&csr);
     assert_eq!(d[0].0, "Approved", "{d:?}");
@@ -118,28 +133,39 @@ async fn served_policies_and_machine_inventory() {
         .unwrap()
         .push(serde_json::json!({"rule": "requesterGroup", "anyOf": ["nobody-is-in-this-group"]}));
     put_policy("bootstrap-with-machine", stricter).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Then another unusable policy: once the approver reports it (an InvalidPolicy Event), it
+    // has rebuilt its policy set from a cache holding it, and so the change before it too
+    // (one watch, in order).
+    put_policy(
+        "broken-after-update",
+        serde_json::json!({"signers": ["x"], "rules": [{"rule": "nope-either"}]}),
+    )
+    .await;
+    let events: Api<Event> = Api::namespaced(admin, "default");
+    invalid_policy_event(&events, "broken-after-update", "nope-either").await;
     let csr = decided(&client_csr(&client, &unique_name("worker")).await, 60).await;
     let d = decisions(&csr);
     assert_eq!(d[0].0, "Denied", "{d:?}");
     assert!(d[0].2.contains("requester.group"), "{}", d[0].2);
 
-    // The unusable policy was skipped and reported on the object.
-    let events: Api<Event> = Api::namespaced(admin, "default");
-    let mut found = false;
+    // The unusable policy there at the start was skipped and reported on the object too.
+    invalid_policy_event(&events, "broken", "nope").await;
+}
+
+/// Waits (10 s) for an InvalidPolicy Event about the NodeAuthPolicy `policy` naming `rule`.
+async fn invalid_policy_event(events: &Api<Event>, policy: &str, rule: &str) {
     for _ in 0..100 {
         let list = events
-            .list(&ListParams::default().fields("regarding.name=broken"))
+            .list(&ListParams::default().fields(&format!("regarding.name={policy}")))
             .await
             .unwrap();
         if list.items.iter().any(|e| {
             e.reason.as_deref() == Some("InvalidPolicy")
-                && e.note.as_deref().unwrap_or("").contains("nope")
+                && e.note.as_deref().unwrap_or("").contains(rule)
         }) {
-            found = true;
-            break;
+            return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(found, "an InvalidPolicy event naming the bad rule");
+    panic!("no InvalidPolicy event about {policy} naming the bad rule {rule}");
 }

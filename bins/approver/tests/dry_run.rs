@@ -38,14 +38,15 @@ async fn dry_run_records_decisions_and_decides_nothing() {
     )
     .await
     .unwrap();
+    // The victim's Node exists before the approver starts: it is ready only once its Node
+    // cache holds the first list, so the impostor's CSR below cannot meet a cache without it.
+    let victim = unique_name("victim");
+    create_node(&victim, &[]).await;
     let approver = start_approver(&["--dry-run".into()], true).await;
     let client = bootstrap_client().await;
     let api: Api<CertificateSigningRequest> = Api::all(admin);
 
     let joining = client_csr(&client, &unique_name("joiner")).await;
-    let victim = unique_name("victim");
-    create_node(&victim, &[]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let impostor = client_csr(&client, &victim).await;
 
     let csr = annotated(&api, &joining).await;

@@ -61,7 +61,9 @@ async fn a_serving_csr_waits_for_its_node_then_is_approved() {
         serving_csr(&node, &ip),
     )
     .await;
-    // Well inside the wait, with the Node still missing: undecided.
+    // Well inside the wait, with the Node still missing: undecided. Deliberately a fixed
+    // window, to show what does not happen: the approver looks again every second, so it has
+    // held the CSR a few times by now.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let admin = cp().admin_client().await.unwrap();
     let api: Api<CertificateSigningRequest> = Api::all(admin);
