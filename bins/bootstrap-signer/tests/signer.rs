@@ -128,7 +128,6 @@ async fn runs_as_its_service_account_not_as_admin() {
         matches!(err, kube::Error::Api(ref s) if s.code == 403),
         "{err}"
     );
-    tokio::time::sleep(Duration::from_millis(1)).await;
 }
 
 #[tokio::test]
