@@ -212,9 +212,10 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         }
     }
 
-    // A kubelet may create its serving CSR a moment before our Node cache has its Node.
+    // A kubelet may create its serving CSR a moment before our Node cache has its Node, or
+    // before its Node lists any address (a Node is created first, its status written next).
     if decision.verdict == Verdict::Deny
-        && context.node.is_none()
+        && context.node.as_ref().is_none_or(|n| n.addresses.is_empty())
         && decision.failures().all(|r| NEEDS_NODE.contains(&r.code))
     {
         let age = now.duration_since(facts.created_at);
