@@ -4,6 +4,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,13 +33,21 @@ async fn kill_mid_batch_and_restart_issues_each_csr_exactly_once() {
     // Every certificate value each CSR of this batch ever shows, from a watch started first.
     let prefix = unique_name("batch");
     let seen: Arc<Mutex<BTreeMap<String, Vec<String>>>> = Arc::default();
+    // A CSR created once the batch is issued: when the watch shows it, it has shown every
+    // change made before (one watch, in order).
+    let marker = unique_name("marker");
+    let marker_seen = Arc::new(AtomicBool::new(false));
     let (seen2, prefix2) = (seen.clone(), prefix.clone());
+    let (marker2, marker_seen2) = (marker.clone(), marker_seen.clone());
     let watch = tokio::spawn(async move {
         watcher(csrs().await, watcher::Config::default())
             .applied_objects()
             .for_each(|r| {
                 if let Ok(csr) = r {
                     let name = csr.metadata.name.clone().unwrap_or_default();
+                    if name == marker2 {
+                        marker_seen2.store(true, Ordering::SeqCst);
+                    }
                     if name.starts_with(&prefix2)
                         && let Some(cert) = certificate(&csr)
                     {
@@ -102,8 +111,26 @@ async fn kill_mid_batch_and_restart_issues_each_csr_exactly_once() {
     for name in &names {
         wait_issued(name).await;
     }
-    // Let the watch catch up with the last writes.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Let the watch catch up with the last writes: until it shows the marker, created after
+    // them (not approved: no signer touches it).
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&marker).build(&key).unwrap();
+    create_csr(
+        &marker,
+        CLIENT,
+        &pem,
+        &["digital signature", "client auth"],
+        None,
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !marker_seen.load(Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watch never showed the marker CSR {marker}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     watch.abort();
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), BATCH);
