@@ -170,6 +170,8 @@ pub async fn a_standby_shuts_down_without_leading(client: kube::Client) {
     })
     .await;
     let standby = start_replica(&client, &lease, "standby", &m);
+    // Deliberately a fixed window, to show what does not happen: over more than two retry
+    // periods the standby does not lead.
     sleep(Duration::from_millis(600)).await;
     assert!(!standby.status.is_leader());
     standby.shutdown.cancel();
@@ -335,8 +337,19 @@ pub async fn a_partitioned_leader_stops_before_its_lease_expires(
     })
     .await;
     let token = (&mut w.token).await.unwrap();
-    // Let at least one renewal go through the relay.
-    sleep(Duration::from_millis(400)).await;
+    // At least one renewal goes through the relay: the Lease's renewTime moves on.
+    let renewed_at = |l: Lease| l.spec.and_then(|s| s.renew_time).map(|t| t.0);
+    let leases: Api<Lease> = Api::namespaced(partitionable.clone(), NAMESPACE);
+    let first = renewed_at(leases.get(&lease).await.unwrap());
+    assert!(first.is_some(), "a held Lease has a renewTime");
+    let start = Instant::now();
+    while renewed_at(leases.get(&lease).await.unwrap()) == first {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no renewal within 5s"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
     assert!(w.status.is_leader());
 
     cut.cancel();
