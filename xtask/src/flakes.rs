@@ -90,7 +90,11 @@ pub fn hunt(runs: u32, packages: &[String], cargo_args: &[String]) -> Result<Exi
             "run {run}/{runs}: {} tests, {} failed{}",
             results.len(),
             failed.len(),
-            if status.success() { "" } else { " (cargo test failed)" }
+            if status.success() {
+                ""
+            } else {
+                " (cargo test failed)"
+            }
         );
         for name in &failed {
             println!("  FAILED {name}");
@@ -137,7 +141,11 @@ pub fn hunt(runs: u32, packages: &[String], cargo_args: &[String]) -> Result<Exi
     let path = target_dir().join("flake-report.md");
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     for (name, t) in &flaky {
-        println!("flaky: {name}: {} of {} passed", t.passed, t.passed + t.failed);
+        println!(
+            "flaky: {name}: {} of {} passed",
+            t.passed,
+            t.passed + t.failed
+        );
     }
     println!("{summary} (report: {})", path.display());
     Ok(if failed_runs == 0 {

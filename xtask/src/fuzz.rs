@@ -76,7 +76,10 @@ pub fn build() -> Result<()> {
     b.env("RUSTC_BOOTSTRAP", "1")
         .args(["fuzz", "build", "--target-dir"])
         .arg(k8s::cache_root().join("target-fuzz"));
-    run_step(&format!("cargo fuzz build ({} targets)", targets()?.len()), b)
+    run_step(
+        &format!("cargo fuzz build ({} targets)", targets()?.len()),
+        b,
+    )
 }
 
 /// Runs one target for `seconds` on its kept corpus.
@@ -101,7 +104,9 @@ pub fn run_target(target: &str, seconds: u64) -> Result<Stats> {
     let (mut reader, writer) = std::io::pipe().context("creating a pipe")?;
     r.stdout(writer.try_clone().context("cloning the pipe")?)
         .stderr(writer);
-    let mut child = r.spawn().with_context(|| format!("running fuzz target {target}"))?;
+    let mut child = r
+        .spawn()
+        .with_context(|| format!("running fuzz target {target}"))?;
     drop(r);
     let mut output = String::new();
     reader

@@ -29,7 +29,10 @@ impl Cluster {
         flag_cidrs: Vec<Cidr>,
         apiserver_names: Vec<String>,
         apiserver_ips: Vec<IpAddr>,
-    ) -> (Arc<Self>, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) {
+    ) -> (
+        Arc<Self>,
+        std::pin::Pin<Box<dyn Future<Output = ()> + Send>>,
+    ) {
         let (store, driver): (_, std::pin::Pin<Box<dyn Future<Output = ()> + Send>>) =
             if flag_cidrs.is_empty() {
                 let (store, writer) = reflector::store();
@@ -72,7 +75,13 @@ impl Cluster {
         let mut cidrs = self.flag_cidrs.clone();
         if let Some(store) = &self.service_cidrs {
             for object in store.state() {
-                for c in object.spec.as_ref().and_then(|s| s.cidrs.as_ref()).into_iter().flatten() {
+                for c in object
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.cidrs.as_ref())
+                    .into_iter()
+                    .flatten()
+                {
                     cidrs.push(Cidr::new(c.as_str()));
                 }
             }
@@ -91,7 +100,10 @@ impl Cluster {
 /// ever added to the names that are never issued, so a forged answer can only refuse more.
 pub async fn apiserver_sans(host: &str, port: u16) -> Result<(Vec<String>, Vec<IpAddr>), String> {
     use rustls::pki_types::ServerName;
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

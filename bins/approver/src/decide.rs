@@ -29,6 +29,9 @@ pub const DRY_RUN_ANNOTATION: &str = "nodeauth.io/dry-run-decision";
 
 pub struct Ctx {
     pub client: kube::Client,
+    /// Signer profiles: the built-in ones, with the operator's `--forbidden-group`s refused in
+    /// every client profile.
+    pub registry: nodeauth_csr::SignerRegistry,
     pub csrs: Api<CertificateSigningRequest>,
     pub nodes: Store<Node>,
     pub csr_store: Store<CertificateSigningRequest>,
@@ -176,16 +179,20 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         .await
         .map_err(lookup_error)?;
     let started = Instant::now();
-    let mut decision = policy.evaluate(&facts, &context);
+    let mut decision = policy.evaluate_with(&ctx.registry, &facts, &context);
     ctx.metrics
         .evaluation
         .observe(started.elapsed().as_secs_f64());
 
     // The first request for a name from a shared credential is decided first: hold this one
     // (undecided) while an older one is pending, rather than deny a node that may be real.
-    if decision.verdict == Verdict::Deny && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
+    if decision.verdict == Verdict::Deny
+        && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
     {
-        tracing::debug!(csr = name, "an older pending CSR asks for the same name; holding");
+        tracing::debug!(
+            csr = name,
+            "an older pending CSR asks for the same name; holding"
+        );
         ctx.metrics.left_alone("held_older_pending");
         return Ok(Action::requeue(Duration::from_secs(2)));
     }
@@ -208,7 +215,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                 holder_visible: lookups::may_list_csrs(&ctx.client, &facts).await,
                 holder_csr: holder,
             });
-            decision = policy.evaluate(&facts, &context);
+            decision = policy.evaluate_with(&ctx.registry, &facts, &context);
         }
     }
 
@@ -313,6 +320,16 @@ async fn lookup(
     let mut context = Context::empty(now);
     if let Some(node) = facts.node_name() {
         context.node = ctx.nodes.get(&ObjectRef::new(node)).map(|n| node_facts(&n));
+        // "No such Node" from a cache can be a moment old: where it would let a new node
+        // claim the name, ask the API server itself.
+        if context.node.is_none() && policy.rules.contains(&Rule::NodeMustNotExist) {
+            let nodes: Api<Node> = Api::all(ctx.client.clone());
+            context.node = nodes
+                .get_opt(node)
+                .await
+                .map_err(LookupError::Node)?
+                .map(|n| node_facts(&n));
+        }
     }
     context.cluster = ctx.cluster.facts();
     context.san_holders = san_holders(facts, facts.node_name(), ctx);

@@ -30,6 +30,8 @@ pub enum LookupError {
     AttestationTransient(String),
     #[error("reserving the node name: {0}")]
     Reservation(#[source] kube::Error),
+    #[error("reading the Node: {0}")]
+    Node(#[source] kube::Error),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -170,6 +170,16 @@ struct Cli {
     )]
     apiserver_names: Vec<String>,
 
+    /// Groups (organizations) refused in every client certificate, on top of `system:masters`
+    /// (always refused whatever the signer): your cluster-admin groups, say. Give the signer
+    /// the same list. Repeatable, or comma-separated.
+    #[arg(
+        long = "forbidden-group",
+        env = "NODEAUTH_FORBIDDEN_GROUPS",
+        value_delimiter = ','
+    )]
+    forbidden_groups: Vec<String>,
+
     #[command(flatten)]
     runtime: ControllerArgs,
 }
@@ -341,7 +351,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let controller = Controller::new(csrs.clone(), watcher::Config::default())
             .with_config(cli.runtime.controller_config());
+        let mut registry = nodeauth_csr::SignerRegistry::builtin();
+        registry.forbid_organizations(cli.forbidden_groups.iter().cloned());
         let ctx = Arc::new(decide::Ctx {
+            registry,
             client: client.clone(),
             csrs,
             nodes: nodes.clone(),

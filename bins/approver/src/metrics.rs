@@ -60,7 +60,9 @@ pub struct Metrics {
 impl Metrics {
     /// Counts one look at a CSR that wrote nothing (see [`Metrics::left_alone`]).
     pub fn left_alone(&self, reason: &'static str) {
-        self.left_alone.get_or_create(&ReasonLabels { reason }).inc();
+        self.left_alone
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
     }
 }
 

@@ -183,7 +183,11 @@ impl Reservations {
         });
         if let Err(e) = self
             .api
-            .patch(&lease_name(node), &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &lease_name(node),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             tracing::debug!(node, error = %e, "marking a name reservation registered");

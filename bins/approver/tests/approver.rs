@@ -190,17 +190,32 @@ async fn two_hundred_duplicates_from_one_node_do_not_stop_other_nodes() {
             }
         }
     }
-    assert_eq!(approved.len(), 1, "exactly one request for the name is approved");
+    assert_eq!(
+        approved.len(),
+        1,
+        "exactly one request for the name is approved"
+    );
     assert_eq!(reserved, 199);
     let oldest = futures::future::join_all(dup_names.iter().map(|n| async move {
         let admin = cp().admin_client().await.unwrap();
-        Api::<CertificateSigningRequest>::all(admin).get(n).await.unwrap()
+        Api::<CertificateSigningRequest>::all(admin)
+            .get(n)
+            .await
+            .unwrap()
     }))
     .await
     .into_iter()
-    .map(|c| (c.metadata.creation_timestamp.clone().unwrap().0, c.metadata.name.clone().unwrap()))
+    .map(|c| {
+        (
+            c.metadata.creation_timestamp.clone().unwrap().0,
+            c.metadata.name.clone().unwrap(),
+        )
+    })
     .min()
     .unwrap();
     let winner = approved[0].metadata.creation_timestamp.clone().unwrap().0;
-    assert_eq!(winner, oldest.0, "the first request asked (by creation time) wins");
+    assert_eq!(
+        winner, oldest.0,
+        "the first request asked (by creation time) wins"
+    );
 }

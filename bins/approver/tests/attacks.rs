@@ -179,12 +179,14 @@ async fn a_token_holder_cannot_take_another_nodes_addresses_through_a_new_node()
     let d = decisions(&decided(&name, 30).await);
     assert_eq!(d[0].0, "Denied", "{d:?}");
     assert!(
-        d[0].2.contains(&format!("{victim_ip} (held by Node \"{victim}\")")),
+        d[0].2
+            .contains(&format!("{victim_ip} (held by Node \"{victim}\")")),
         "{}",
         d[0].2
     );
     assert!(
-        d[0].2.contains(&format!("{victim} (held by Node \"{victim}\")")),
+        d[0].2
+            .contains(&format!("{victim} (held by Node \"{victim}\")")),
         "{}",
         d[0].2
     );
@@ -210,7 +212,11 @@ async fn two_token_holders_asking_for_one_new_name_get_one_certificate() {
         .map(|(n, _)| n.as_str())
         .collect();
     assert_eq!(approved.len(), 1, "{da:?} {db:?}");
-    let (loser, holder) = if approved[0] == a { (&db, &a) } else { (&da, &b) };
+    let (loser, holder) = if approved[0] == a {
+        (&db, &a)
+    } else {
+        (&da, &b)
+    };
     assert_eq!(loser[0].0, "Denied", "{loser:?}");
     assert!(
         loser[0].2.contains(&format!("is reserved by CSR {holder}")),

@@ -219,7 +219,11 @@ fn explain_inner(args: &ExplainArgs) -> anyhow::Result<u8> {
             .map(|c| nodeauth_policy::Cidr::new(c.as_str()))
             .collect();
         if let Some(bad) = cidrs.iter().find(|c| c.error().is_some()) {
-            bail!("--service-cidr {:?}: {}", bad.as_str(), bad.error().unwrap_or(""));
+            bail!(
+                "--service-cidr {:?}: {}",
+                bad.as_str(),
+                bad.error().unwrap_or("")
+            );
         }
         context.cluster.service_cidrs = Some(cidrs);
     }

@@ -215,7 +215,12 @@ impl Slot {
         let now = (stamp(&self.spec.cert), stamp(&self.spec.key));
         let refresh = match now {
             (Ok(c), Ok(k)) if (c, k) == guard.stamps => Refresh::Unchanged,
-            _ => match load(&self.spec, &self.profile, &self.policy, &self.client_trusted) {
+            _ => match load(
+                &self.spec,
+                &self.profile,
+                &self.policy,
+                &self.client_trusted,
+            ) {
                 Ok(fresh) => {
                     *guard = fresh;
                     Refresh::Reloaded

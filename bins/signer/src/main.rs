@@ -155,7 +155,11 @@ struct Cli {
     /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
     /// which is always refused whatever the signer's name or profile: your cluster-admin
     /// groups, say. Repeatable, or comma-separated.
-    #[arg(long = "forbidden-group", env = "NODEAUTH_FORBIDDEN_GROUPS", value_delimiter = ',')]
+    #[arg(
+        long = "forbidden-group",
+        env = "NODEAUTH_FORBIDDEN_GROUPS",
+        value_delimiter = ','
+    )]
     forbidden_groups: Vec<String>,
 
     /// Namespace of the CA bundle ConfigMaps (when ClusterTrustBundles are not served).
@@ -249,9 +253,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         Ok(None) => {}
-        Err(e) => tracing::warn!(namespace, error = %e, "reading kube-root-ca.crt (the CA bundle pods trust for kube-apiserver)"),
+        Err(e) => {
+            tracing::warn!(namespace, error = %e, "reading kube-root-ca.crt (the CA bundle pods trust for kube-apiserver)")
+        }
     }
-    tracing::info!(keys = client_trusted.len(), "CA keys clients trust for kube-apiserver (never used to sign serving certificates)");
+    tracing::info!(
+        keys = client_trusted.len(),
+        "CA keys clients trust for kube-apiserver (never used to sign serving certificates)"
+    );
     let client_trusted = Arc::new(client_trusted);
     let mut slots = Slots::new();
     for spec in &cli.signers {

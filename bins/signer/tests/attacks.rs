@@ -30,7 +30,10 @@ async fn signer_refusing_to_start(args: &[String]) -> String {
     let mut all = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect-namespace=nodeauth-system".into(),
-        format!("--metrics-bind-address=127.0.0.1:{}", manifests::free_port().unwrap()),
+        format!(
+            "--metrics-bind-address=127.0.0.1:{}",
+            manifests::free_port().unwrap()
+        ),
         format!("--health-bind-address=127.0.0.1:{health}"),
     ];
     all.extend(args.iter().cloned());
@@ -73,7 +76,10 @@ async fn a_serving_signer_refuses_a_ca_that_clients_trust_for_kube_apiserver() {
         log.contains("refusing to sign serving certificates"),
         "{log}"
     );
-    assert!(log.contains("clients trust that CA for kube-apiserver"), "{log}");
+    assert!(
+        log.contains("clients trust that CA for kube-apiserver"),
+        "{log}"
+    );
 
     // The same CA for the kubelet client signer is what kubeadm does, and fine.
     let dir = ca_dir();
@@ -136,7 +142,14 @@ async fn a_serving_ca_replaced_by_a_client_trusted_one_is_not_reloaded() {
         .build(&k)
         .unwrap();
     let name = unique_name("serving");
-    create_csr(&name, SERVING, &pem, &["digital signature", "server auth"], None).await;
+    create_csr(
+        &name,
+        SERVING,
+        &pem,
+        &["digital signature", "server auth"],
+        None,
+    )
+    .await;
     approve(&name).await;
     let cert = parse_cert(&wait_issued(&name).await);
     let own_ca = parse_cert(&own.pair().cert_pem);
@@ -205,7 +218,10 @@ subjects:
             .any(|c| c.type_ == "Failed")
     })
     .await;
-    assert!(certificate(&failed).is_none(), "a system:masters certificate was issued");
+    assert!(
+        certificate(&failed).is_none(),
+        "a system:masters certificate was issued"
+    );
     let message = failed
         .status
         .iter()

@@ -252,7 +252,9 @@ impl SignerRegistry {
             .values_mut()
             .chain(self.families.iter_mut().map(|(_, p)| p))
         {
-            profile.forbidden_organizations.extend(groups.iter().cloned());
+            profile
+                .forbidden_organizations
+                .extend(groups.iter().cloned());
         }
     }
 

@@ -695,7 +695,10 @@ fn superseded(facts: &CsrFacts, ctx: &Context) -> RuleResult {
 }
 
 /// The one Machine in the context that matches the node the request names.
-pub(crate) fn the_machine<'a>(facts: &CsrFacts, ctx: &'a Context) -> Result<&'a MachineFacts, String> {
+pub(crate) fn the_machine<'a>(
+    facts: &CsrFacts,
+    ctx: &'a Context,
+) -> Result<&'a MachineFacts, String> {
     let Some(name) = facts.node_name() else {
         return Err(format!(
             "the request's common name {:?} does not name a node (system:node:<name>)",

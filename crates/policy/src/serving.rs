@@ -212,7 +212,10 @@ pub(crate) fn sans_from_trusted_sources(
             if covered.is_empty() {
                 "the request has no DNS or IP SAN".to_owned()
             } else {
-                format!("every SAN comes from a trusted source: {}", covered.join(", "))
+                format!(
+                    "every SAN comes from a trusted source: {}",
+                    covered.join(", ")
+                )
             },
         )
     } else {

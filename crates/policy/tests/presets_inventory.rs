@@ -718,6 +718,7 @@ fn insecure_is_accepted_only_where_named() {
     );
     let decision = policy.evaluate(&facts, &capi_ctx(Some("insecure")));
     assert_eq!(decision.verdict, Verdict::Approve, "{decision:#?}");
-    let decision = nodeauth_policy::Policy::capi_client().evaluate(&facts, &capi_ctx(Some("insecure")));
+    let decision =
+        nodeauth_policy::Policy::capi_client().evaluate(&facts, &capi_ctx(Some("insecure")));
     assert_eq!(decision.verdict, Verdict::Deny, "{decision:#?}");
 }

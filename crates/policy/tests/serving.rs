@@ -12,7 +12,8 @@ use nodeauth_policy::{
 /// A serving policy whose trusted sources are the node name and these ranges.
 fn policy(cidrs: &[&str], patterns: &[&str]) -> Policy {
     let mut p = Policy::serving();
-    p.rules.retain(|r| !matches!(r, Rule::SansFromTrustedSources { .. }));
+    p.rules
+        .retain(|r| !matches!(r, Rule::SansFromTrustedSources { .. }));
     p.rules.push(Rule::SansFromTrustedSources {
         node_name: true,
         machine_addresses: false,
@@ -51,7 +52,10 @@ fn failures(policy: &Policy, dns: &[&str], ips: &[&str], ctx: &Context) -> (Verd
 
 #[test]
 fn addresses_from_the_operators_ranges_and_the_node_name_are_approved() {
-    let p = policy(&["198.51.100.0/24", "2001:db8::/32"], &[r"[a-z0-9-]+\.nodes\.example\.com"]);
+    let p = policy(
+        &["198.51.100.0/24", "2001:db8::/32"],
+        &[r"[a-z0-9-]+\.nodes\.example\.com"],
+    );
     let ctx = listing(&["198.51.100.7", "2001:db8::7", "worker-1.nodes.example.com"]);
     let (verdict, why) = failures(
         &p,
@@ -77,7 +81,13 @@ fn a_node_listing_other_names_on_its_own_node_gets_none_of_them() {
         "localhost",
         "198.51.100.9",
     ];
-    let asked_ip = ["198.51.100.8", "10.96.0.1", "127.0.0.1", "::1", "::ffff:127.0.0.2"];
+    let asked_ip = [
+        "198.51.100.8",
+        "10.96.0.1",
+        "127.0.0.1",
+        "::1",
+        "::ffff:127.0.0.2",
+    ];
     let mut ctx = listing(&[asked_dns.as_slice(), asked_ip.as_slice()].concat());
     ctx.san_holders = vec![
         SanHolder {
@@ -108,7 +118,10 @@ fn a_node_listing_other_names_on_its_own_node_gets_none_of_them() {
         assert!(why.contains(needle), "{needle} not in\n{why}");
     }
     // Only the node's name would be left: the trusted-source rule names the rest.
-    assert!(why.contains("sans.trusted_source: SANs from no trusted source: DNS:worker-2"), "{why}");
+    assert!(
+        why.contains("sans.trusted_source: SANs from no trusted source: DNS:worker-2"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -137,8 +150,14 @@ fn apiserver_certificate_sans_are_never_issued() {
     ctx.cluster.apiserver_ips = vec!["203.0.113.10".parse().unwrap()];
     let (verdict, why) = failures(&p, &["api.example.com"], &["203.0.113.10"], &ctx);
     assert_eq!(verdict, Verdict::Deny, "{why}");
-    assert!(why.contains("DNS:api.example.com (a name in kube-apiserver's serving certificate)"), "{why}");
-    assert!(why.contains("IP:203.0.113.10 (an address in kube-apiserver's serving certificate)"), "{why}");
+    assert!(
+        why.contains("DNS:api.example.com (a name in kube-apiserver's serving certificate)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("IP:203.0.113.10 (an address in kube-apiserver's serving certificate)"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -168,7 +187,8 @@ fn never_issued_applies_to_every_policy() {
 #[test]
 fn machine_addresses_are_a_trusted_source() {
     let mut p = Policy::serving();
-    p.rules.retain(|r| !matches!(r, Rule::SansFromTrustedSources { .. }));
+    p.rules
+        .retain(|r| !matches!(r, Rule::SansFromTrustedSources { .. }));
     p.rules.push(Rule::SansFromTrustedSources {
         node_name: true,
         machine_addresses: true,

@@ -117,13 +117,18 @@ impl ControlPlane {
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io("creating the nodeauth dir".into(), e))?;
         let write_ca = |pair: &CertPair, stem: &str| -> Result<String, Error> {
-            let (cert, key) = (dir.join(format!("{stem}.crt")), dir.join(format!("{stem}.key")));
+            let (cert, key) = (
+                dir.join(format!("{stem}.crt")),
+                dir.join(format!("{stem}.key")),
+            );
             std::fs::write(&cert, &pair.cert_pem)
                 .map_err(|e| Error::io("writing a CA".into(), e))?;
             crate::pki::write_private(&key, pair.key_pem.as_bytes())?;
             Ok(format!("{},{}", cert.display(), key.display()))
         };
-        let ca = Ca::new(&unique_name("nodeauth-kubelet-client-ca"))?.pair().clone();
+        let ca = Ca::new(&unique_name("nodeauth-kubelet-client-ca"))?
+            .pair()
+            .clone();
         let serving_ca = Ca::new(&unique_name("nodeauth-kubelet-serving-ca"))?
             .pair()
             .clone();

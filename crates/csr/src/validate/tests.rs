@@ -417,12 +417,19 @@ fn privileged_groups_are_refused_in_every_client_profile() {
         found.iter().map(|v| v.code).collect::<Vec<_>>(),
         vec![ViolationCode::SubjectPrivilegedGroup]
     );
-    assert!(found[0].message.contains("\"system:masters\""), "{}", found[0]);
+    assert!(
+        found[0].message.contains("\"system:masters\""),
+        "{}",
+        found[0]
+    );
     assert!(!found[0].message.contains("team-a"), "{}", found[0]);
 
     // A custom signer name registered with the client profile: same refusal.
     let mut registry = crate::SignerRegistry::builtin();
-    registry.register("example.com/anything", SignerProfile::kube_apiserver_client());
+    registry.register(
+        "example.com/anything",
+        SignerProfile::kube_apiserver_client(),
+    );
     let custom = registry.profile("example.com/anything").unwrap();
     assert_eq!(
         codes(custom, &masters, CLIENT),
@@ -438,7 +445,11 @@ fn privileged_groups_are_refused_in_every_client_profile() {
     assert!(codes(custom, &admins, CLIENT).is_empty());
     registry.forbid_organizations(["acme:admins"]);
     registry.register("example.com/later", SignerProfile::kube_apiserver_client());
-    for name in ["example.com/anything", "example.com/later", crate::KUBE_APISERVER_CLIENT] {
+    for name in [
+        "example.com/anything",
+        "example.com/later",
+        crate::KUBE_APISERVER_CLIENT,
+    ] {
         let profile = registry.profile(name).unwrap();
         assert_eq!(
             codes(profile, &admins, CLIENT),
