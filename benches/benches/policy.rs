@@ -49,6 +49,8 @@ fn case(i: usize, key: &CsrSigningKey) -> (CsrFacts, Context) {
     let failing = (i / 5).is_multiple_of(5);
     let created = time("2025-01-01T01:00:00Z");
     let mut ctx = Context::empty(time("2025-01-01T01:00:05Z"));
+    // The approver always knows the Service range (node IPs here are 10.0.x.x, outside it).
+    ctx.cluster.service_cidrs = Some(vec![nodeauth_policy::Cidr::new("10.96.0.0/12")]);
     let machine = MachineFacts {
         kind: MachineKind::OpenShift,
         namespace: "openshift-machine-api".into(),
