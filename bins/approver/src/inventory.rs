@@ -70,6 +70,10 @@ impl Inventory {
         machine_kinds: &[String],
         policies: Option<Arc<Policies>>,
         events: EventPublisher,
+        cached_machines: prometheus_client::metrics::family::Family<
+            crate::metrics::ApiLabels,
+            prometheus_client::metrics::gauge::Gauge,
+        >,
     ) -> Self {
         let mut inv = Inventory {
             machines: Vec::new(),
@@ -81,10 +85,16 @@ impl Inventory {
                 "capi" => (MachineKind::ClusterApi, "cluster.x-k8s.io"),
                 _ => (MachineKind::OpenShift, "machine.openshift.io"),
             };
+            let cached = cached_machines.clone();
             let (store, driver) = reflect(
                 client,
                 &resource(group, "v1beta1", "Machine", "machines"),
-                |_| {},
+                move |store| {
+                    let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
+                    cached
+                        .get_or_create(&crate::metrics::ApiLabels { api: group })
+                        .set(count);
+                },
             );
             inv.machines.push((kind, store.clone()));
             inv.stores.push(store);

@@ -110,6 +110,29 @@ impl EkPins for ApproverPins {
     }
 }
 
+/// A SubjectAccessReview for the CSR's requester (user, uid, groups and extra copied from the
+/// CSR spec): may it `verb` `certificates.k8s.io` `certificatesigningrequests[/subresource]`?
+fn csr_review(facts: &CsrFacts, verb: &str, subresource: Option<&str>) -> SubjectAccessReview {
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(facts.username.clone()),
+            uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
+            groups: Some(facts.groups.clone()),
+            extra: Some(facts.extra.clone().into_iter().collect())
+                .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("certificatesigningrequests".into()),
+                verb: Some(verb.into()),
+                subresource: subresource.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
 /// Asks upstream's two SubjectAccessReviews for the CSR's requester: may it create
 /// `certificatesigningrequests/nodeclient` (any node's client certificate) and
 /// `certificatesigningrequests/selfnodeclient` (its own renewal)?
@@ -119,24 +142,7 @@ pub async fn subject_access_reviews(
 ) -> Result<SarAnswers, LookupError> {
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
     let ask = |subresource: &'static str| {
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(facts.username.clone()),
-                uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
-                groups: Some(facts.groups.clone()),
-                extra: Some(facts.extra.clone().into_iter().collect())
-                    .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some("certificates.k8s.io".into()),
-                    resource: Some("certificatesigningrequests".into()),
-                    verb: Some("create".into()),
-                    subresource: Some(subresource.into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let review = csr_review(facts, "create", Some(subresource));
         let api = api.clone();
         async move {
             api.create(&PostParams::default(), &review)
@@ -157,23 +163,7 @@ pub async fn subject_access_reviews(
 /// then does a denial name the CSR that holds a reserved name. Any error counts as "no".
 pub async fn may_list_csrs(client: &kube::Client, facts: &CsrFacts) -> bool {
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    let review = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(facts.username.clone()),
-            uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
-            groups: Some(facts.groups.clone()),
-            extra: Some(facts.extra.clone().into_iter().collect())
-                .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some("certificates.k8s.io".into()),
-                resource: Some("certificatesigningrequests".into()),
-                verb: Some("list".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let review = csr_review(facts, "list", None);
     api.create(&PostParams::default(), &review)
         .await
         .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))

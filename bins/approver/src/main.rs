@@ -345,6 +345,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             &cli.machines,
             cli.policy_crd.then(|| policies.clone()),
             events.clone(),
+            metrics.cached_machines.clone(),
         );
         if let Some(pins) = &attestation.pins {
             pins.set_machines(inventory.machines.clone());

@@ -28,6 +28,11 @@ pub struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    pub api: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: &'static str,
 }
@@ -55,6 +60,9 @@ pub struct Metrics {
     /// `waiting_for_node` (its Node is not known yet). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
+    /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API
+    /// group (what Machine rules and EK pins can see).
+    pub cached_machines: Family<ApiLabels, Gauge>,
 }
 
 impl Metrics {
@@ -75,7 +83,13 @@ impl Metrics {
             pending: Family::default(),
             oldest_pending: Family::default(),
             left_alone: Family::default(),
+            cached_machines: Family::default(),
         };
+        registry.register(
+            "nodeauth_approver_cached_machines",
+            "Machines in the approver's cache, by API group",
+            m.cached_machines.clone(),
+        );
         registry.register(
             "nodeauth_approver_left_alone",
             "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node)",

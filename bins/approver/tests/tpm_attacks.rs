@@ -195,7 +195,7 @@ fn machines_api(admin: kube::Client) -> Api<DynamicObject> {
 }
 
 /// An OpenShift Machine for `node` (InternalDNS address), its EK pinned to `ek`.
-async fn pinned_machine(node: &str, ek: &EkFingerprint) {
+async fn pinned_machine(leader: &Approver, node: &str, ek: &EkFingerprint) {
     let admin = cp().admin_client().await.unwrap();
     let machines = machines_api(admin);
     let name = unique_name("m");
@@ -222,7 +222,36 @@ async fn pinned_machine(node: &str, ek: &EkFingerprint) {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await; // the approvers' Machine caches
+    machines_seen(leader, &machines).await;
+}
+
+/// Waits until the leader's Machine cache has every Machine the API server has, including a
+/// marker created now: the watch delivers changes in order, so it has the changes made before
+/// the marker too (the pinned Machine's status).
+async fn machines_seen(leader: &Approver, machines: &Api<DynamicObject>) {
+    let marker = serde_json::json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": unique_name("marker"), "namespace": "default"},
+        "spec": {},
+    });
+    machines
+        .create(&PostParams::default(), &serde_json::from_value(marker).unwrap())
+        .await
+        .unwrap();
+    let want = machines
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len() as f64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while leader.metric("nodeauth_approver_cached_machines", &[]) < want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the approver's Machine cache did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test]
@@ -280,7 +309,7 @@ async fn tpm_pins_flood_limits_and_leader_only_endpoint() {
         .await
         .unwrap_or_else(|e| panic!("{e:?}\n{}", leader.process.log_tail(30)));
     // ...then the Machine appears, pinned to TPM 1.
-    pinned_machine(&node, &ek1).await;
+    pinned_machine(&leader, &node, &ek1).await;
     // TPM 2 asking for the pinned name: refused at the challenge.
     let refused = tpm2.ticket(port, &node).await.unwrap_err();
     assert_eq!(refused.0, 403, "{refused:?}");
@@ -306,7 +335,7 @@ async fn tpm_pins_flood_limits_and_leader_only_endpoint() {
     assert_eq!(refused.0, 403, "{refused:?}");
     assert!(refused.1.contains("pinned to another node"), "{refused:?}");
     // ... and goes to TPM 1 once its Machine pins it there: the pin beats the TOFU binding.
-    pinned_machine(&taken, &ek1).await;
+    pinned_machine(&leader, &taken, &ek1).await;
     let ticket = tpm1.ticket(port, &taken).await.unwrap();
     let d = tpm1.csr(&ticket, &taken).await;
     assert_eq!(d.0, "Approved", "{d:?}\n{}", leader.process.log_tail(30));
@@ -363,7 +392,7 @@ async fn tpm_pins_flood_limits_and_leader_only_endpoint() {
     assert!(refusals("ek_pinned_to_other_node") >= 1.0);
     // A real join from another TPM meanwhile.
     let fresh = unique_name("real");
-    pinned_machine(&fresh, &ek1).await;
+    pinned_machine(&leader, &fresh, &ek1).await;
     let ticket = tpm1.ticket(port, &fresh).await.unwrap();
     let d = tpm1.csr(&ticket, &fresh).await;
     assert_eq!(d.0, "Approved", "{d:?}\n{}", leader.process.log_tail(30));
