@@ -235,7 +235,10 @@ async fn machines_seen(leader: &Approver, machines: &Api<DynamicObject>) {
         "spec": {},
     });
     machines
-        .create(&PostParams::default(), &serde_json::from_value(marker).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(marker).unwrap(),
+        )
         .await
         .unwrap();
     let want = machines
