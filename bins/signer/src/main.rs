@@ -239,7 +239,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "the signer's own kubeconfig (certificate-authority)",
         config.root_cert.as_deref().unwrap_or(&[]),
     );
-    let namespace = config.default_namespace.clone();
+    // Every namespace has it (kube-controller-manager publishes it); read it where the signer
+    // may read ConfigMaps anyway.
+    let namespace = cli.bundle_namespace.clone();
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
     let client = rt.client().clone();
     let root_ca: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);

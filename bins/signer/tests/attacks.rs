@@ -237,3 +237,40 @@ subjects:
     approve(&team).await;
     let _ = wait_issued(&team).await;
 }
+
+/// The CA every pod trusts for kube-apiserver (`kube-root-ca.crt`, published in every
+/// namespace by kube-controller-manager) is refused as a serving CA too, even when the signer's
+/// own kubeconfig names another.
+#[tokio::test]
+async fn a_serving_signer_refuses_the_ca_pods_trust() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    let pods_ca = Ca::new("the CA pods trust").unwrap();
+    let admin = cp().admin_client().await.unwrap();
+    // The signer's namespace exists once its RBAC is deployed.
+    cp().deploy_rbac("signer", "nodeauth-signer").await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin, "nodeauth-system");
+    let mut cm: ConfigMap = nodeauth_testenv::named("kube-root-ca.crt");
+    cm.data = Some(
+        [("ca.crt".to_owned(), pods_ca.pair().cert_pem.clone())]
+            .into_iter()
+            .collect(),
+    );
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let dir = ca_dir();
+    let (crt, key) = write_ca(&dir, "pods", pods_ca.pair());
+    let log = signer_refusing_to_start(&[format!(
+        "--signer=kubernetes.io/kubelet-serving={},{}",
+        crt.display(),
+        key.display()
+    )])
+    .await;
+    cms.delete("kube-root-ca.crt", &Default::default())
+        .await
+        .unwrap();
+    assert!(log.contains("kube-root-ca.crt"), "{log}");
+    assert!(
+        log.contains("refusing to sign serving certificates"),
+        "{log}"
+    );
+}
