@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 use nodeauth_testenv::{manifests, unique_name};
 
@@ -78,32 +78,7 @@ async fn served_policies_and_machine_inventory() {
     // An OpenShift Machine (status.addresses InternalDNS = the node name), created before the
     // approver starts: it is ready only once its Machine cache holds the first list.
     let node = unique_name("worker");
-    let machines: Api<DynamicObject> = Api::namespaced_with(
-        admin.clone(),
-        "default",
-        &resource("machine.openshift.io", "Machine", "machines", "v1beta1"),
-    );
-    let machine_name = unique_name("m");
-    let machine = serde_json::json!({
-        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-        "metadata": {"name": machine_name, "namespace": "default"},
-        "spec": {},
-    });
-    machines
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(machine).unwrap(),
-        )
-        .await
-        .unwrap();
-    machines
-        .patch_status(
-            &machine_name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": {"addresses": [{"type": "InternalDNS", "address": node}]}})),
-        )
-        .await
-        .unwrap();
+    create_openshift_machine(&node, serde_json::json!({})).await;
 
     // No --policy: everything comes from the cluster.
     let approver = start_approver_with(

@@ -21,7 +21,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use nodeauth_attest::attested_csr;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_testenv::{Swtpm, manifests, unique_name};
@@ -183,46 +183,15 @@ impl Tpm {
     }
 }
 
-fn machines_api(admin: kube::Client) -> Api<DynamicObject> {
-    let r = ApiResource {
-        group: "machine.openshift.io".into(),
-        version: "v1beta1".into(),
-        api_version: "machine.openshift.io/v1beta1".into(),
-        kind: "Machine".into(),
-        plural: "machines".into(),
-    };
-    Api::namespaced_with(admin, "default", &r)
-}
-
 /// An OpenShift Machine for `node` (InternalDNS address), its EK pinned to `ek`.
 async fn pinned_machine(leader: &Approver, node: &str, ek: &EkFingerprint) {
+    create_openshift_machine(
+        node,
+        serde_json::json!({"cluster-x-k8s-io/tpm-endorsement-key": ek.to_string()}),
+    )
+    .await;
     let admin = cp().admin_client().await.unwrap();
-    let machines = machines_api(admin);
-    let name = unique_name("m");
-    let machine = serde_json::json!({
-        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
-        "metadata": {
-            "name": name, "namespace": "default",
-            "annotations": {"cluster-x-k8s-io/tpm-endorsement-key": ek.to_string()},
-        },
-        "spec": {},
-    });
-    machines
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(machine).unwrap(),
-        )
-        .await
-        .unwrap();
-    machines
-        .patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": {"addresses": [{"type": "InternalDNS", "address": node}]}})),
-        )
-        .await
-        .unwrap();
-    machines_seen(leader, &machines).await;
+    machines_seen(leader, &openshift_machines(admin)).await;
 }
 
 /// Waits until the leader's Machine cache has every Machine the API server has, including a

@@ -257,3 +257,44 @@ pub fn decisions(csr: &CertificateSigningRequest) -> Vec<(String, String, String
 pub fn state(csr: &CertificateSigningRequest) -> CsrState {
     csr_state(csr)
 }
+
+/// The OpenShift Machine API (`machine.openshift.io/v1beta1`) in `default`.
+pub fn openshift_machines(admin: kube::Client) -> Api<kube::core::DynamicObject> {
+    let r = kube::api::ApiResource {
+        group: "machine.openshift.io".into(),
+        version: "v1beta1".into(),
+        api_version: "machine.openshift.io/v1beta1".into(),
+        kind: "Machine".into(),
+        plural: "machines".into(),
+    };
+    Api::namespaced_with(admin, "default", &r)
+}
+
+/// Creates an OpenShift Machine for `node` (status.addresses InternalDNS = the node name),
+/// with these annotations; returns its name.
+pub async fn create_openshift_machine(node: &str, annotations: serde_json::Value) -> String {
+    let admin = cp().admin_client().await.unwrap();
+    let machines = openshift_machines(admin);
+    let name = unique_name("m");
+    let machine = serde_json::json!({
+        "apiVersion": "machine.openshift.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {},
+    });
+    machines
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(machine).unwrap(),
+        )
+        .await
+        .unwrap();
+    machines
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"addresses": [{"type": "InternalDNS", "address": node}]}})),
+        )
+        .await
+        .unwrap();
+    name
+}
