@@ -1089,6 +1089,10 @@ mod tests {
     /// one is accepted (and then simply not writable), our own 0700 one works.
     #[test]
     fn refuses_a_writable_or_foreign_dir_as_an_unprivileged_user() {
+        // The same test, re-run by `run_as_nobody` as uid 65534: the unprivileged half.
+        if let Some(base) = child_dir() {
+            return refuses_a_writable_or_foreign_dir_as_nobody(&base);
+        }
         let base = reachable_tempdir();
         for (name, owner, m) in [
             ("group-writable", NOBODY, 0o770),
@@ -1104,15 +1108,13 @@ mod tests {
             chmod(&d, m);
         }
         run_as_nobody(
-            "store::tests::child_refuses_a_writable_or_foreign_dir",
+            "store::tests::refuses_a_writable_or_foreign_dir_as_an_unprivileged_user",
             base.path(),
         );
     }
 
-    #[test]
-    #[ignore = "run as uid 65534 by refuses_a_writable_or_foreign_dir_as_an_unprivileged_user"]
-    fn child_refuses_a_writable_or_foreign_dir() {
-        let Some(base) = child_dir() else { return };
+    /// The unprivileged half of the test above, as uid 65534 in `base`.
+    fn refuses_a_writable_or_foreign_dir_as_nobody(base: &Path) {
         let store = |name: &str| CertStore::new(base.join(name), PairKind::Client);
         for (name, m) in [
             ("group-writable", 0o770),
@@ -1162,6 +1164,10 @@ mod tests {
     /// through none of it.
     #[test]
     fn a_dir_planted_by_an_unprivileged_user_yields_them_nothing() {
+        // The same test, re-run by `run_as_nobody` as uid 65534: the attacker's half.
+        if let Some(dir) = child_dir() {
+            return plant_files_as_nobody(&dir);
+        }
         if trust::effective_uid() != 0 {
             panic!("this test plays the victim as root and the attacker as uid {NOBODY}");
         }
@@ -1169,7 +1175,10 @@ mod tests {
         let dir = base.path().join("pki");
         fs::create_dir(&dir).unwrap();
         chmod(&dir, 0o777);
-        run_as_nobody("store::tests::child_plants_files", &dir);
+        run_as_nobody(
+            "store::tests::a_dir_planted_by_an_unprivileged_user_yields_them_nothing",
+            &dir,
+        );
         let store = CertStore::new(&dir, PairKind::Client);
 
         // As it is: refused, nothing read.
@@ -1231,10 +1240,8 @@ mod tests {
         );
     }
 
-    #[test]
-    #[ignore = "run as uid 65534 by a_dir_planted_by_an_unprivileged_user_yields_them_nothing"]
-    fn child_plants_files() {
-        let Some(dir) = child_dir() else { return };
+    /// The attacker's half of the test above, as uid 65534 in the world-writable `dir`.
+    fn plant_files_as_nobody(dir: &Path) {
         let known = key_pem();
         fs::write(dir.join("attacker-knows.pem"), &known).unwrap();
         let pending = dir.join("kubelet-client.key.tmp");

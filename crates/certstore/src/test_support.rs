@@ -28,13 +28,14 @@ pub fn self_signed(cn: &str, secs: u64) -> (String, String) {
 /// The unprivileged uid and gid the permission tests run as (`nobody`/`nogroup`).
 pub const NOBODY: u32 = 65534;
 
-/// The environment variable naming the directory a child test works in. A test that reads it
-/// is `#[ignore]`d and only does something when [`run_as_nobody`] started it.
+/// The environment variable naming the directory a child works in: set by [`run_as_nobody`]
+/// when it re-runs a test as uid [`NOBODY`], which then does its unprivileged half only.
 pub const CHILD_DIR_ENV: &str = "NODEAUTH_CERTSTORE_CHILD_DIR";
 
-/// Runs the `#[ignore]`d test `test` (its full path, e.g. `store::tests::child_x`) of this test
-/// binary as uid/gid [`NOBODY`] with no supplementary groups, with [`CHILD_DIR_ENV`] set to
-/// `dir`, and panics with its output unless exactly that test ran and passed.
+/// Re-runs the test `test` (its full path, e.g. `store::tests::x`; normally the caller itself)
+/// of this test binary as uid/gid [`NOBODY`] with no supplementary groups, with
+/// [`CHILD_DIR_ENV`] set to `dir` (the test then does its unprivileged half: see
+/// [`child_dir`]), and panics with its output unless exactly that test ran and passed.
 ///
 /// Root bypasses permission checks, and tests here run as root, so whatever depends on them
 /// runs in a child that has really dropped privileges. It fails (never skips) when it cannot:
@@ -53,13 +54,7 @@ pub fn run_as_nobody(test: &str, dir: &std::path::Path) {
     std::fs::copy(&exe, &bin).expect("copying the test binary");
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = std::process::Command::new(&bin)
-        .args([
-            test,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir)
         .current_dir("/")
         .uid(NOBODY)
@@ -81,7 +76,8 @@ pub fn run_as_nobody(test: &str, dir: &std::path::Path) {
 }
 
 /// In a child started by [`run_as_nobody`]: the directory it was given, after checking that
-/// privileges really were dropped. `None` when the test was run directly (it then does nothing).
+/// privileges really were dropped. `None` when the test was run directly (it then does its
+/// privileged half, which starts the child).
 pub fn child_dir() -> Option<std::path::PathBuf> {
     let dir = std::env::var_os(CHILD_DIR_ENV)?;
     assert_eq!(
