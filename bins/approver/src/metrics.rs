@@ -72,9 +72,7 @@ impl Metrics {
             .get_or_create(&ReasonLabels { reason })
             .inc();
     }
-}
 
-impl Metrics {
     pub fn register(registry: &nodeauth_runtime::Metrics) -> Self {
         let m = Metrics {
             decisions: Family::default(),

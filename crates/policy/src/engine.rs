@@ -433,6 +433,24 @@ fn sans_within_node_addresses(facts: &CsrFacts, ctx: &Context) -> RuleResult {
 const DNS_ADDRESS_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
 const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
 
+/// Whether a DNS-typed address (`Hostname`, `InternalDNS`, `ExternalDNS`) of a Node's or
+/// Machine's `status.addresses` is `san` (case-insensitive, trailing dot ignored).
+pub(crate) fn addresses_cover_dns(addresses: &[(String, String)], san: &str) -> bool {
+    addresses
+        .iter()
+        .any(|(t, a)| DNS_ADDRESS_TYPES.contains(&t.as_str()) && dns_eq(a, san))
+}
+
+/// Whether an IP-typed address (`InternalIP`, `ExternalIP`) is `san` (IPv4-mapped IPv6 counts
+/// as IPv4).
+pub(crate) fn addresses_cover_ip(addresses: &[(String, String)], san: &IpAddr) -> bool {
+    let san = san.to_canonical();
+    addresses.iter().any(|(t, a)| {
+        IP_ADDRESS_TYPES.contains(&t.as_str())
+            && a.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical() == san)
+    })
+}
+
 /// `node "<name>"`, formatted only into the message.
 struct NodeRef<'a>(&'a str);
 
@@ -450,18 +468,8 @@ fn sans_within_addresses(
     facts: &CsrFacts,
 ) -> RuleResult {
     let sans = &facts.request.extensions().subject_alt_names;
-    let dns_covered = |san: &str| {
-        addresses
-            .iter()
-            .any(|(t, a)| DNS_ADDRESS_TYPES.contains(&t.as_str()) && dns_eq(a, san))
-    };
-    let ip_covered = |san: &IpAddr| {
-        let san = san.to_canonical();
-        addresses.iter().any(|(t, a)| {
-            IP_ADDRESS_TYPES.contains(&t.as_str())
-                && a.parse::<IpAddr>().is_ok_and(|ip| ip.to_canonical() == san)
-        })
-    };
+    let dns_covered = |san: &str| addresses_cover_dns(addresses, san);
+    let ip_covered = |san: &IpAddr| addresses_cover_ip(addresses, san);
     let mut outside: Vec<String> = sans
         .dns
         .iter()

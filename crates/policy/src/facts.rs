@@ -223,8 +223,14 @@ impl MachineFacts {
     }
 }
 
-/// DNS names equal ignoring ASCII case and one trailing dot on either side.
-pub(crate) fn dns_eq(a: &str, b: &str) -> bool {
+/// DNS names equal ignoring ASCII case and one trailing dot on either side (and never equal
+/// when empty), as every rule compares them.
+///
+/// ```
+/// assert!(nodeauth_policy::dns_eq("Worker-1.example.", "worker-1.example"));
+/// assert!(!nodeauth_policy::dns_eq("", "."));
+/// ```
+pub fn dns_eq(a: &str, b: &str) -> bool {
     let a = a.strip_suffix('.').unwrap_or(a);
     let b = b.strip_suffix('.').unwrap_or(b);
     !a.is_empty() && a.eq_ignore_ascii_case(b)

@@ -178,7 +178,7 @@ pub use engine::{
 };
 pub use facts::{
     AttestationSummary, ClusterFacts, Context, CsrFacts, MachineFacts, MachineKind,
-    NameReservation, NodeFacts, SanHolder, SarAnswers,
+    NameReservation, NodeFacts, SanHolder, SarAnswers, dns_eq,
 };
 pub use policy::{
     Cidr, DEFAULT_CLOCK_SKEW_SECONDS, DnsPattern, KeyType, MAX_PATTERN_LEN,

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use crate::engine::RuleResult;
+use crate::engine::{RuleResult, addresses_cover_dns, addresses_cover_ip};
 use crate::facts::dns_eq;
 use crate::{Cidr, Context, CsrFacts, DnsPattern};
 
@@ -145,9 +145,6 @@ pub(crate) struct TrustedSources<'a> {
     pub dns_patterns: &'a [DnsPattern],
 }
 
-const DNS_ADDRESS_TYPES: [&str; 3] = ["Hostname", "InternalDNS", "ExternalDNS"];
-const IP_ADDRESS_TYPES: [&str; 2] = ["InternalIP", "ExternalIP"];
-
 pub(crate) fn sans_from_trusted_sources(
     sources: &TrustedSources<'_>,
     facts: &CsrFacts,
@@ -166,11 +163,7 @@ pub(crate) fn sans_from_trusted_sources(
     for name in &sans.dns {
         let source = if sources.node_name && node.is_some_and(|n| dns_eq(n, name)) {
             Some("the node name".to_owned())
-        } else if let Some(m) = machine.filter(|m| {
-            m.addresses
-                .iter()
-                .any(|(t, a)| DNS_ADDRESS_TYPES.contains(&t.as_str()) && dns_eq(a, name))
-        }) {
+        } else if let Some(m) = machine.filter(|m| addresses_cover_dns(&m.addresses, name)) {
             Some(format!("Machine {}/{}", m.namespace, m.name))
         } else {
             sources
@@ -185,14 +178,7 @@ pub(crate) fn sans_from_trusted_sources(
         }
     }
     for ip in &sans.ip {
-        let canonical = ip.to_canonical();
-        let source = if let Some(m) = machine.filter(|m| {
-            m.addresses.iter().any(|(t, a)| {
-                IP_ADDRESS_TYPES.contains(&t.as_str())
-                    && a.parse::<IpAddr>()
-                        .is_ok_and(|a| a.to_canonical() == canonical)
-            })
-        }) {
+        let source = if let Some(m) = machine.filter(|m| addresses_cover_ip(&m.addresses, ip)) {
             Some(format!("Machine {}/{}", m.namespace, m.name))
         } else {
             sources
