@@ -211,10 +211,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             .await
             .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
         if let crate::reservations::Reserve::HeldBy(holder) = reserved {
-            context.name_reservation = Some(NameReservation {
-                holder_visible: lookups::may_list_csrs(&ctx.client, &facts).await,
-                holder_csr: holder,
-            });
+            context.name_reservation = Some(held_by(holder, &facts, ctx).await);
             decision = policy.evaluate_with(&ctx.registry, &facts, &context);
         }
     }
@@ -251,23 +248,27 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
 /// Rule codes that fail only because the Node is missing (waited for, up to `--node-wait`).
 const NEEDS_NODE: &[&str] = &["node.must_exist", "sans.within_node_addresses"];
 
+/// The reservation `holder` holds, as this CSR's requester may be told of it.
+async fn held_by(holder: String, facts: &CsrFacts, ctx: &Ctx) -> NameReservation {
+    NameReservation {
+        holder_visible: lookups::may_list_csrs(&ctx.client, facts).await,
+        holder_csr: holder,
+    }
+}
+
 /// Nodes (other than `node`) and Machines (other than `node`'s) whose addresses include one of
 /// the request's DNS or IP SANs.
 fn san_holders(facts: &CsrFacts, node: Option<&str>, ctx: &Ctx) -> Vec<SanHolder> {
     let sans = &facts.request.extensions().subject_alt_names;
-    if sans.dns.is_empty() && sans.ip.is_empty() {
-        return Vec::new();
-    }
     let requested = |address: &str| {
         let address_ip = address
             .parse::<std::net::IpAddr>()
             .ok()
             .map(|a| a.to_canonical());
-        let dns = sans.dns.iter().find(|d| {
-            let d = d.strip_suffix('.').unwrap_or(d);
-            let a = address.strip_suffix('.').unwrap_or(address);
-            !a.is_empty() && d.eq_ignore_ascii_case(a)
-        });
+        let dns = sans
+            .dns
+            .iter()
+            .find(|d| nodeauth_policy::dns_eq(address, d));
         let ip = sans
             .ip
             .iter()
@@ -319,28 +320,31 @@ async fn lookup(
 ) -> Result<Context, LookupError> {
     let mut context = Context::empty(now);
     if let Some(node) = facts.node_name() {
-        context.node = ctx.nodes.get(&ObjectRef::new(node)).map(|n| node_facts(&n));
-        // "No such Node" from a cache can be a moment old: where it would let a new node
-        // claim the name, ask the API server itself.
-        if context.node.is_none() && policy.rules.contains(&Rule::NodeMustNotExist) {
+        // Whether a new node may claim the name hinges on the Node existing right now: a cache
+        // can be a moment behind either way (just registered, just deleted), so ask the API
+        // server itself. Other rules read the cache.
+        context.node = if policy.rules.contains(&Rule::NodeMustNotExist) {
             let nodes: Api<Node> = Api::all(ctx.client.clone());
-            context.node = nodes
+            nodes
                 .get_opt(node)
                 .await
                 .map_err(LookupError::Node)?
-                .map(|n| node_facts(&n));
-        }
+                .map(|n| node_facts(&n))
+        } else {
+            ctx.nodes.get(&ObjectRef::new(node)).map(|n| node_facts(&n))
+        };
     }
-    context.cluster = ctx.cluster.facts();
-    context.san_holders = san_holders(facts, facts.node_name(), ctx);
+    // What `sans.never_issued` reads, only for a request it applies to.
+    let sans = &facts.request.extensions().subject_alt_names;
+    if !sans.dns.is_empty() || !sans.ip.is_empty() {
+        context.cluster = ctx.cluster.facts();
+        context.san_holders = san_holders(facts, facts.node_name(), ctx);
+    }
     if policy.rules.contains(&Rule::NodeMustNotExist)
         && let Some(node) = facts.node_name()
         && let Some(holder) = ctx.reservations.held_by_other(node, &csr.name_any())
     {
-        context.name_reservation = Some(NameReservation {
-            holder_visible: lookups::may_list_csrs(&ctx.client, facts).await,
-            holder_csr: holder,
-        });
+        context.name_reservation = Some(held_by(holder, facts, ctx).await);
     }
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
     if reads(|r| matches!(r, Rule::SubjectAccessReview { .. })) {

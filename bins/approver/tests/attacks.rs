@@ -290,3 +290,52 @@ subjects:
     );
     assert!(!d[0].2.contains(&holder), "the holder is named: {}", d[0].2);
 }
+
+/// A reservation ends once its node has registered and is gone again (a decommissioned node's
+/// name can be reused), and not before: while the Node exists the name is still refused.
+#[tokio::test]
+async fn a_name_is_free_again_once_its_registered_node_is_gone() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let _ = approver().await;
+    let node = unique_name("recycled");
+    let first = client_csr(&bootstrap_client().await, &node).await;
+    assert_eq!(decisions(&decided(&first, 30).await)[0].0, "Approved");
+    create_node(&node, &[("Hostname", &node)]).await;
+
+    // The approver records that the Node registered (observable on the reservation Lease).
+    let admin = cp().admin_client().await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let marked = leases
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|l| {
+                let a = l.metadata.annotations.unwrap_or_default();
+                a.get("nodeauth.io/node-name") == Some(&node)
+                    && a.get("nodeauth.io/registered").map(String::as_str) == Some("true")
+            });
+        if marked {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reservation of {node} never marked registered"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let while_registered = client_csr(&bootstrap_client().await, &node).await;
+    let d = decisions(&decided(&while_registered, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+
+    Api::<Node>::all(admin)
+        .delete(&node, &Default::default())
+        .await
+        .unwrap();
+    let reused = client_csr(&bootstrap_client().await, &node).await;
+    let d = decisions(&decided(&reused, 30).await);
+    assert_eq!(d[0].0, "Approved", "{d:?}");
+}
