@@ -5,7 +5,6 @@
 //! Run: `cargo bench -p nodeauth-benches --bench tpm`.
 
 use std::hint::black_box;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -111,23 +110,13 @@ fn unhex(parts: &[&str]) -> Vec<u8> {
         .collect()
 }
 
-/// Accepts every nonce, so one evidence can be verified repeatedly.
-struct NoReplay;
-impl ReplayCache for NoReplay {
-    fn consume(&self, _: &[u8], _: SystemTime, _: SystemTime) -> bool {
-        true
-    }
-}
-
 fn fixture() -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
     let mut ca = EkCaBundle::new();
     ca.add_pem(ISSUER_PEM).unwrap().add_pem(ROOT_PEM).unwrap();
     let key = TicketKey::new([5; 32]);
-    let verifier = TpmVerifier::new(
-        VerifierConfig::new(ca, key.clone()),
-        Arc::new(NoReplay),
-        Arc::new(InMemoryTofuStore::new()),
-    );
+    // Stateless checks only (check_evidence): one evidence can be checked repeatedly; the
+    // records (nonce, binding, clock) are the store's, measured by no benchmark here.
+    let verifier = TpmVerifier::new(VerifierConfig::new(ca, key.clone()));
     let ek_public = Public::parse(&unhex(EK_PUBLIC_HEX)).unwrap();
     let ek_cert = unhex(EK_CERT_HEX);
 
@@ -229,7 +218,9 @@ fn bench(c: &mut Criterion) {
     verifier
         .check_ek(&ek_public, Some(&ek_cert), &[], None, now)
         .expect("EK chain");
-    verifier.verify(&evidence, &expected).expect("evidence");
+    verifier
+        .check_evidence(&evidence, &expected)
+        .expect("evidence");
 
     let mut g = c.benchmark_group("tpm");
     g.bench_function("ek_chain", |b| {
@@ -246,7 +237,11 @@ fn bench(c: &mut Criterion) {
         })
     });
     g.bench_function("evidence_quote_p256", |b| {
-        b.iter(|| verifier.verify(black_box(&evidence), &expected).unwrap())
+        b.iter(|| {
+            verifier
+                .check_evidence(black_box(&evidence), &expected)
+                .unwrap()
+        })
     });
     g.bench_function("one_attestation", |b| {
         b.iter(|| {
@@ -259,7 +254,9 @@ fn bench(c: &mut Criterion) {
                     now,
                 )
                 .unwrap();
-            verifier.verify(black_box(&evidence), &expected).unwrap()
+            verifier
+                .check_evidence(black_box(&evidence), &expected)
+                .unwrap()
         })
     });
     g.finish();

@@ -214,6 +214,23 @@ async fn demo(state: &Path) -> Result<()> {
     let ticket_key = state.join("tpm-ticket.key");
     nodeauth_testenv::pki::write_private(&ticket_key, random_hex(32)?.as_bytes())?;
     let attestation_port = manifests::free_port()?;
+    // The attestation endpoint serves TLS with a certificate from the cluster CA: the agent
+    // verifies it with the CA it got from discovery (its bootstrap kubeconfig), no extra flag.
+    let cluster_ca = nodeauth_testenv::pki::Ca::from_pem(&nodeauth_testenv::pki::CertPair {
+        cert_pem: std::fs::read_to_string(&ca_crt)?,
+        key_pem: std::fs::read_to_string(&ca_key)?,
+    })?;
+    let endpoint_pair = cluster_ca.issue_server(
+        "nodeauth-attestation",
+        &[],
+        &[std::net::IpAddr::from([127, 0, 0, 1])],
+    )?;
+    let (endpoint_crt, endpoint_key) = (
+        state.join("pki/attestation-endpoint.crt"),
+        state.join("pki/attestation-endpoint.key"),
+    );
+    std::fs::write(&endpoint_crt, &endpoint_pair.cert_pem)?;
+    nodeauth_testenv::pki::write_private(&endpoint_key, endpoint_pair.key_pem.as_bytes())?;
     t.detail(format!(
         "{} in {:.1?}; the approver trusts its EK CA ({})",
         tpm.tcti(),
@@ -234,6 +251,11 @@ async fn demo(state: &Path) -> Result<()> {
                 format!("--tpm-ek-ca={}", ek_ca.display()),
                 format!("--tpm-ticket-key-file={}", ticket_key.display()),
                 format!("--attestation-bind-address=127.0.0.1:{attestation_port}"),
+                format!("--attestation-tls-cert-file={}", endpoint_crt.display()),
+                format!(
+                    "--attestation-tls-private-key-file={}",
+                    endpoint_key.display()
+                ),
             ],
         ),
         (
@@ -403,7 +425,7 @@ async fn demo(state: &Path) -> Result<()> {
             node_dir.join("kubelet.conf").display()
         ),
         "--attestation=tpm".into(),
-        format!("--attestation-endpoint=http://127.0.0.1:{attestation_port}"),
+        format!("--attestation-endpoint=https://127.0.0.1:{attestation_port}"),
         format!("--tpm-tcti={}", tpm.tcti()),
     ]);
     let out = agent(&bin, &join, &token)?;

@@ -133,10 +133,21 @@ struct NodeArgs {
     #[arg(long, env = "NODEAUTH_PROVIDER_ID", global = true)]
     provider_id: Option<String>,
 
-    /// The approver's attestation endpoint for `--attestation tpm`, http://HOST:PORT (https is
-    /// not supported yet).
+    /// The approver's attestation endpoint for `--attestation tpm`: https://HOST:PORT (its
+    /// certificate verified with the cluster CA from discovery, in --bootstrap-kubeconfig, or
+    /// with --attestation-endpoint-ca-file), or http://HOST:PORT (tests, isolated networks).
     #[arg(long, env = "NODEAUTH_ATTESTATION_ENDPOINT", global = true)]
     attestation_endpoint: Option<String>,
+
+    /// CA certificates (PEM) the attestation endpoint's certificate must chain to, instead of
+    /// the cluster CA in --bootstrap-kubeconfig.
+    #[arg(
+        long,
+        env = "NODEAUTH_ATTESTATION_ENDPOINT_CA_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    attestation_endpoint_ca_file: Option<PathBuf>,
 
     /// The TPM for `--attestation tpm` (a TSS2 TCTI, e.g. swtpm:host=127.0.0.1,port=2321).
     #[arg(
@@ -401,7 +412,7 @@ fn tpm_attestor(
     args: &NodeArgs,
     provider_id: String,
 ) -> Result<Option<Box<dyn RequestAttestation>>, Fail> {
-    use nodeauth_agent::tpm::{Endpoint, TpmAttestation};
+    use nodeauth_agent::tpm::{Endpoint, EndpointTrust, TpmAttestation};
     let url = args.attestation_endpoint.as_deref().ok_or_else(|| {
         Fail(
             exit::USAGE,
@@ -412,9 +423,14 @@ fn tpm_attestor(
     let endpoint = Endpoint::parse(url)
         .map_err(|e| Fail(exit::USAGE, format!("--attestation-endpoint: {e}")))?;
     tracing::info!(tcti = args.tpm_tcti, endpoint = url, "TPM attestation");
+    let trust = match &args.attestation_endpoint_ca_file {
+        Some(file) => EndpointTrust::CaFile(file.clone()),
+        None => EndpointTrust::ClusterCa(vec![args.bootstrap_kubeconfig.clone()]),
+    };
     Ok(Some(Box::new(TpmAttestation::new(
         &args.tpm_tcti,
         endpoint,
+        trust,
         provider_id,
     ))))
 }

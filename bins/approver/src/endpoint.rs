@@ -26,6 +26,7 @@ use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::serve::ListenerExt as _;
 use nodeauth_runtime::{CancellationToken, LeaderStatus};
 use nodeauth_tpm::endpoint::{
     ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
@@ -77,8 +78,8 @@ impl EndpointMetrics {
         registry.register(
             "nodeauth_approver_tpm_challenges_refused",
             "TPM challenge requests refused by the attestation endpoint, by reason (not_leader, \
-             invalid_request, source_limit, name_limit, ek_limit, busy, ek_not_pinned, \
-             ek_pinned_to_other_node, ek_pin_invalid, rejected)",
+             invalid_request, name_invalid, no_tpm_policy, source_limit, name_limit, \
+             ek_limit, busy, ek_not_pinned, ek_pinned_to_other_node, ek_pin_invalid, rejected)",
             m.refused.clone(),
         );
         registry.register(
@@ -104,8 +105,44 @@ struct Entry {
     source: IpAddr,
 }
 
+/// Whether a challenge for this node name could ever lead to an approval: `Err((reason,
+/// message))` refuses it before any work (reason: a metric label).
+pub type NameGate = Arc<dyn Fn(&str) -> Result<(), (&'static str, String)> + Send + Sync>;
+
+/// The gate from the policies in force: the name must be a valid node name, and some policy
+/// must read `tpm` attestation (an `attestation` rule naming `tpm`, or naming no provider).
+/// Everything else a policy reads (the Node, a Machine, reservations, SANs) is left to the
+/// decision: the gate refuses only names no policy could ever approve with a ticket.
+pub fn policy_gate(policies: Arc<crate::policies::Policies>) -> NameGate {
+    Arc::new(move |name: &str| check_gate(policies.current().as_deref(), name))
+}
+
+fn check_gate(
+    set: Option<&nodeauth_policy::PolicySet>,
+    name: &str,
+) -> Result<(), (&'static str, String)> {
+    use nodeauth_policy::Rule;
+    nodeauth_csr::validate_node_name(name)
+        .map_err(|e| ("name_invalid", format!("nodeName: {e}")))?;
+    let reads_tpm = set.iter().flat_map(|s| s.policies()).any(|p| {
+        p.rules.iter().any(|r| {
+            matches!(r, Rule::Attestation { providers, .. }
+                if providers.is_empty() || providers.iter().any(|x| x == "tpm"))
+        })
+    });
+    if reads_tpm {
+        Ok(())
+    } else {
+        Err((
+            "no_tpm_policy",
+            "no policy in force reads tpm attestation: a ticket could not help any CSR".to_owned(),
+        ))
+    }
+}
+
 struct Endpoint {
     verifier: Arc<TpmAttestVerifier>,
+    gate: NameGate,
     pending: Mutex<HashMap<[u8; 16], Entry>>,
     limits: Limits,
     leader: LeaderStatus,
@@ -250,8 +287,14 @@ async fn challenge(
         Err(e) => return invalid(e.to_string()),
     };
     let name = activation.node_name.as_str();
-    if name.is_empty() || name.len() > 253 {
-        return invalid("nodeName: must be 1 to 253 characters".into());
+    if let Err((reason, message)) = (ep.gate)(name) {
+        ep.metrics.refused(reason);
+        let status = if reason == "name_invalid" {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::FORBIDDEN
+        };
+        return error(status, &format!("name.{reason}"), message);
     }
     let now = SystemTime::now();
     let now_unix = unix(now);
@@ -339,18 +382,29 @@ async fn activate(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
     }
 }
 
-/// Serves the endpoint on `addr` until `stop` (call it only while leading: `leader` also
-/// refuses every challenge the moment leadership is lost).
+/// How the endpoint is reached.
+pub struct Serving {
+    /// The listening address.
+    pub addr: SocketAddr,
+    /// TLS (`--attestation-tls-cert-file`/`--attestation-tls-private-key-file`); `None`: plain
+    /// HTTP (`--attestation-insecure-http`).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// Serves the endpoint until `stop` (call it only while leading: `leader` also refuses every
+/// challenge the moment leadership is lost).
 pub async fn serve(
-    addr: SocketAddr,
+    serving: Serving,
     verifier: Arc<TpmAttestVerifier>,
     limits: Limits,
+    gate: NameGate,
     leader: LeaderStatus,
     metrics: EndpointMetrics,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
     let state = Arc::new(Endpoint {
         verifier,
+        gate,
         pending: Mutex::new(HashMap::new()),
         limits,
         leader,
@@ -361,19 +415,53 @@ pub async fn serve(
         .route(ACTIVATE_PATH, post(activate))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state);
+    let addr = serving.addr;
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, ?limits, "serving the attestation endpoint (leading)");
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop.cancelled_owned())
-    .await
+    let service = app.into_make_service_with_connect_info::<SocketAddr>();
+    match serving.tls {
+        Some(config) => {
+            tracing::info!(%addr, ?limits, "serving the attestation endpoint over TLS (leading)");
+            let tls = crate::tls::TlsListener::new(listener, config)?.tap_io(|_| {});
+            axum::serve(tls, service)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        }
+        None => {
+            tracing::warn!(%addr, ?limits, "serving the attestation endpoint over plain HTTP (--attestation-insecure-http; leading)");
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gate_refuses_invalid_names_and_clusters_without_a_tpm_policy() {
+        let with = |yaml: &str| nodeauth_policy::PolicySet::from_yaml(yaml).unwrap();
+        let tpm = with(yaml::TPM);
+        let any = with(yaml::ANY_PROVIDER);
+        let none = with(yaml::NO_ATTESTATION);
+        assert_eq!(check_gate(Some(&tpm), "worker-1"), Ok(()));
+        assert_eq!(check_gate(Some(&any), "worker-1"), Ok(()));
+        let (reason, message) = check_gate(Some(&tpm), "Worker_1").unwrap_err();
+        assert_eq!(reason, "name_invalid");
+        assert!(message.starts_with("nodeName: "), "{message}");
+        assert_eq!(
+            check_gate(Some(&none), "worker-1").unwrap_err().0,
+            "no_tpm_policy"
+        );
+        assert_eq!(check_gate(None, "worker-1").unwrap_err().0, "no_tpm_policy");
+    }
+
+    mod yaml {
+        pub const TPM: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: attestation\n  required: true\n  providers: [tpm]\n";
+        pub const ANY_PROVIDER: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: attestation\n  required: true\n";
+        pub const NO_ATTESTATION: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: csrProfile\n";
+    }
 
     #[test]
     fn limits_per_source_name_and_ek() {

@@ -12,10 +12,12 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
 use nodeauth_attest::providers::insecure::InsecureVerifier;
-use nodeauth_attest::{Envelope, InMemoryReplayCache, Purpose, Registry, kube_tofu::KubeTofuStore};
+use nodeauth_attest::{Envelope, Purpose, Registry};
+use nodeauth_k8s::KubeAttestationStore;
 use nodeauth_policy::MachineKind;
 use nodeauth_policy::k8s::machine_facts;
 use nodeauth_policy::{AttestationSummary, CsrFacts, SarAnswers};
+use nodeauth_runtime::CancellationToken;
 use nodeauth_tpm::pin::{
     EkAllowlist, EkPin, EkPins, MACHINE_ANNOTATION, PinLookup, parse_pin_value,
 };
@@ -169,13 +171,15 @@ pub async fn may_list_csrs(client: &kube::Client, facts: &CsrFacts) -> bool {
         .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))
 }
 
-/// Verifies attestation evidence in CSRs with the configured providers. A verified outcome is
-/// remembered per CSR uid: confirming consumes single-use nonces, so verifying the same CSR
-/// again (after a write conflict, say) would look like a replay.
+/// Verifies attestation evidence in CSRs with the configured providers, and keeps what must be
+/// remembered (nonces, EK bindings, TPM clocks) in the API server ([`KubeAttestationStore`]),
+/// so a restart or a failover forgets nothing. A verified outcome is also remembered per CSR
+/// uid in memory, which saves the store round trips when the same CSR is decided again (after
+/// a write conflict, say); after a restart, the store itself knows the CSR uid that consumed a
+/// nonce, so re-verifying that CSR is not taken for a replay.
 pub struct Attestation {
     registry: Registry,
-    replay: InMemoryReplayCache,
-    tofu: KubeTofuStore,
+    store: KubeAttestationStore,
     outcomes: Mutex<HashMap<String, Result<AttestationSummary, String>>>,
     /// The `tpm` provider's EK pins, when it is configured.
     pub pins: Option<Arc<ApproverPins>>,
@@ -216,11 +220,10 @@ impl Attestation {
                         machines: OnceLock::new(),
                     });
                     let verifier = Arc::new(TpmAttestVerifier::new(
-                        TpmVerifier::new(
-                            VerifierConfig::new(ek_ca, TicketKey::new(config.ticket_key)),
-                            Arc::new(nodeauth_tpm::InMemoryReplayCache::new()),
-                            Arc::new(nodeauth_tpm::InMemoryTofuStore::new()),
-                        )
+                        TpmVerifier::new(VerifierConfig::new(
+                            ek_ca,
+                            TicketKey::new(config.ticket_key),
+                        ))
                         .with_pins(tpm_pins.clone()),
                     ));
                     pins = Some(tpm_pins);
@@ -232,8 +235,7 @@ impl Attestation {
         }
         let attestation = Arc::new(Attestation {
             registry,
-            replay: InMemoryReplayCache::new(),
-            tofu: KubeTofuStore::new(client, tofu_namespace),
+            store: KubeAttestationStore::new(client, tofu_namespace),
             outcomes: Mutex::new(HashMap::new()),
             pins,
         });
@@ -257,7 +259,7 @@ impl Attestation {
         let now = SystemTime::now();
         let outcome = match self.registry.verify(&facts.request, purpose(facts), now) {
             Err(e) => Err(e.to_string()),
-            Ok(verified) => match verified.confirm(&self.replay, &self.tofu, now).await {
+            Ok(verified) => match verified.confirm(&self.store, uid, now).await {
                 Ok(identity) => {
                     for w in &identity.warnings {
                         tracing::warn!(provider = %identity.provider, warning = %w, "attestation");
@@ -276,6 +278,25 @@ impl Attestation {
         };
         self.remember(uid, outcome.clone());
         Ok(Some(outcome))
+    }
+
+    /// Deletes expired single-use records every `every` until `stop` (the leader runs it).
+    pub async fn sweep_expired(
+        self: Arc<Self>,
+        every: std::time::Duration,
+        stop: CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            match self.store.collect_expired(SystemTime::now()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(deleted = n, "expired single-use attestation records"),
+                Err(e) => tracing::warn!(error = %e, "sweeping expired attestation records"),
+            }
+        }
     }
 
     fn remembered(&self, uid: &str) -> Option<Result<AttestationSummary, String>> {

@@ -20,6 +20,7 @@ mod lookups;
 mod metrics;
 mod policies;
 mod reservations;
+mod tls;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -112,6 +113,37 @@ struct Cli {
     /// before creating their CSR.
     #[arg(long, env = "NODEAUTH_ATTESTATION_BIND_ADDRESS", value_name = "ADDR")]
     attestation_bind_address: Option<std::net::SocketAddr>,
+
+    /// The attestation endpoint's TLS certificate (PEM, leaf first), re-read when it changes.
+    /// Agents verify it with the cluster CA from their discovery data (or their
+    /// --attestation-endpoint-ca-file): issue it from that CA for the name or IP in the agents'
+    /// --attestation-endpoint URL.
+    #[arg(
+        long,
+        env = "NODEAUTH_ATTESTATION_TLS_CERT_FILE",
+        value_name = "FILE",
+        requires = "attestation_tls_private_key_file"
+    )]
+    attestation_tls_cert_file: Option<PathBuf>,
+
+    /// The private key of --attestation-tls-cert-file (PEM), re-read when it changes.
+    #[arg(
+        long,
+        env = "NODEAUTH_ATTESTATION_TLS_PRIVATE_KEY_FILE",
+        value_name = "FILE",
+        requires = "attestation_tls_cert_file"
+    )]
+    attestation_tls_private_key_file: Option<PathBuf>,
+
+    /// Serve the attestation endpoint over plain HTTP instead of TLS. The TPM exchange itself
+    /// needs no secrecy, but without TLS a node cannot tell the approver from a machine in the
+    /// middle that wastes its challenges; only for tests and isolated networks.
+    #[arg(
+        long,
+        env = "NODEAUTH_ATTESTATION_INSECURE_HTTP",
+        conflicts_with = "attestation_tls_cert_file"
+    )]
+    attestation_insecure_http: bool,
 
     /// Unanswered TPM challenges allowed at once per EK (a replayed request asking for many
     /// names is refused beyond this).
@@ -281,7 +313,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The endpoint is started below, only while leading and once the caches are synced.
     let endpoint = match cli.attestation_bind_address {
         Some(addr) => Some((
-            addr,
+            endpoint::Serving {
+                addr,
+                tls: match (
+                    &cli.attestation_tls_cert_file,
+                    &cli.attestation_tls_private_key_file,
+                ) {
+                    (Some(cert), Some(key)) => Some(
+                        tls::server_config(cert, key)
+                            .map_err(|e| format!("--attestation-tls-cert-file: {e}"))?,
+                    ),
+                    _ if cli.attestation_insecure_http => None,
+                    _ => {
+                        return Err("--attestation-bind-address needs --attestation-tls-cert-file and \
+                                    --attestation-tls-private-key-file (or --attestation-insecure-http)"
+                            .into());
+                    }
+                },
+            },
             tpm_verifier.ok_or("--attestation-bind-address needs --attestation-provider=tpm")?,
             endpoint::Limits {
                 per_ek: cli.tpm_max_pending_per_ek as usize,
@@ -377,8 +426,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             common_names: decide::CommonNames::default(),
         });
         tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
+        tokio::spawn(
+            ctx.attestation
+                .clone()
+                .sweep_expired(Duration::from_secs(300), stop.clone()),
+        );
         let caches = inventory.ready();
         let endpoint_stop = stop.clone();
+        let gate_policies = ctx.policies.clone();
         let run_controller = async move {
             // Deciding with an empty Node cache would approve impostors ("no node of that
             // name"); likewise for Machines and served policies: wait for the first lists.
@@ -388,11 +443,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             synced.set_ready(true);
             // Challenges only from the leader (it holds them until answered), and only once the
             // Machine cache that EK pins are read from is synced.
-            if let Some((addr, verifier, limits, metrics)) = endpoint {
+            if let Some((serving, verifier, limits, metrics)) = endpoint {
+                let addr = serving.addr;
+                let gate = endpoint::policy_gate(gate_policies);
                 tokio::spawn(async move {
-                    if let Err(e) =
-                        endpoint::serve(addr, verifier, limits, leader, metrics, endpoint_stop)
-                            .await
+                    if let Err(e) = endpoint::serve(
+                        serving,
+                        verifier,
+                        limits,
+                        gate,
+                        leader,
+                        metrics,
+                        endpoint_stop,
+                    )
+                    .await
                     {
                         tracing::error!(%addr, error = %e, "the attestation endpoint failed");
                     }

@@ -57,6 +57,7 @@ async fn a_tpm_attested_join_is_approved_and_insecure_or_replayed_ones_are_not()
             format!("--tpm-ek-ca={}", ek_ca.display()),
             format!("--tpm-ticket-key-file={}", key_file.display()),
             format!("--attestation-bind-address=127.0.0.1:{port}"),
+            "--attestation-insecure-http".into(),
         ],
         true,
     )

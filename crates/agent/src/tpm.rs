@@ -13,10 +13,14 @@
 //! 5. builds the CSR with TPM2_Certify of the CSR key (which must be P-256) by the AK, bound to
 //!    the ticket.
 //!
-//! The exchange is plain HTTP/1.1 (one request per connection): it needs no confidentiality
-//! (see [`nodeauth_tpm::endpoint`]) — the credential blob opens only in the TPM holding the EK,
-//! the proof is single-use and the ticket is worthless without the AK. HTTPS is not supported
-//! yet; an `https://` endpoint is refused rather than silently downgraded.
+//! The exchange is HTTP/1.1 (one request per connection), over TLS for an `https://` endpoint.
+//! The endpoint's certificate is verified against [`EndpointTrust`]: by default the cluster CA
+//! the agent got from discovery (the CA in its bootstrap kubeconfig, which discovery verified
+//! against the token's CA pin), or an explicit CA file; and for the endpoint's host name or IP.
+//! The exchange needs no secrecy (the credential blob opens only in the TPM holding the EK, the
+//! proof is single-use and the ticket is worthless without the AK), but without TLS a machine
+//! in the middle could waste the node's challenges or feed it garbage; `http://` is accepted
+//! for tests and isolated networks.
 //!
 //! Every error names its step ([`TpmError`]).
 
@@ -136,17 +140,37 @@ pub enum TpmError {
     Task(String),
 }
 
-/// Where the approver's attestation endpoint is: `http://HOST[:PORT][/PREFIX]`.
+/// Where the approver's attestation endpoint is: `https://HOST[:PORT][/PREFIX]` (or `http://`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    tls: bool,
     host: String,
     port: u16,
     prefix: String,
 }
 
+/// Which CA the endpoint's TLS certificate must chain to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndpointTrust {
+    /// The cluster CA from the first of these kubeconfigs that exists and carries one (the
+    /// bootstrap kubeconfig discovery wrote, then the node's own): read at each attestation.
+    ClusterCa(Vec<std::path::PathBuf>),
+    /// The CA certificates (PEM) in this file.
+    CaFile(std::path::PathBuf),
+}
+
 impl Endpoint {
-    /// Parses `http://HOST[:PORT][/PREFIX]` (IPv6 hosts in brackets). `https://` is refused:
-    /// not supported yet.
+    /// Parses `https://HOST[:PORT][/PREFIX]` or `http://...` (IPv6 hosts in brackets; default
+    /// ports 443 and 80).
+    ///
+    /// ```
+    /// # #[cfg(feature = "tpm")] {
+    /// use nodeauth_agent::tpm::Endpoint;
+    /// let e = Endpoint::parse("https://[fd00::1]:8443/tpm").unwrap();
+    /// assert_eq!(e.url("/v1/challenge"), "https://[fd00::1]:8443/tpm/v1/challenge");
+    /// assert!(Endpoint::parse("ftp://approver").is_err());
+    /// # }
+    /// ```
     ///
     /// # Errors
     /// [`TpmError::BadEndpoint`].
@@ -155,15 +179,11 @@ impl Endpoint {
             url: url.to_owned(),
             reason: reason.to_owned(),
         };
-        if url.starts_with("https://") {
-            return Err(bad(
-                "https is not supported yet; use http:// (the exchange needs no \
-                 confidentiality, see the agent's TPM documentation)",
-            ));
-        }
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| bad("must start with http://"))?;
+        let (tls, rest) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(rest), _) => (true, rest),
+            (None, Some(rest)) => (false, rest),
+            (None, None) => return Err(bad("must start with https:// (or http://)")),
+        };
         let (authority, prefix) = match rest.find('/') {
             Some(i) => rest.split_at(i),
             None => (rest, ""),
@@ -187,6 +207,7 @@ impl Endpoint {
             return Err(bad("no host"));
         }
         let port = match port {
+            None if tls => 443,
             None => 80,
             Some(p) => p.parse().map_err(|_| bad("the port is not a number"))?,
         };
@@ -194,6 +215,7 @@ impl Endpoint {
             return Err(bad("no query or fragment allowed"));
         }
         Ok(Self {
+            tls,
             host: host.to_owned(),
             port,
             prefix: prefix.trim_end_matches('/').to_owned(),
@@ -207,7 +229,8 @@ impl Endpoint {
         } else {
             self.host.clone()
         };
-        format!("http://{host}:{}{}{path}", self.port, self.prefix)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{host}:{}{}{path}", self.port, self.prefix)
     }
 
     fn host_header(&self) -> String {
@@ -224,21 +247,25 @@ impl Endpoint {
 pub struct TpmAttestation {
     tcti: String,
     endpoint: Endpoint,
+    trust: EndpointTrust,
     provider_id: String,
     timeout: Duration,
 }
 
 impl TpmAttestation {
-    /// Attests with the TPM at `tcti` through `endpoint`, reporting `provider_id` (the
-    /// ProviderID put in the CSR). Network calls time out after 30 s by default.
+    /// Attests with the TPM at `tcti` through `endpoint` (its TLS certificate verified with
+    /// `trust`), reporting `provider_id` (the ProviderID put in the CSR). Network calls time
+    /// out after 30 s by default.
     pub fn new(
         tcti: impl Into<String>,
         endpoint: Endpoint,
+        trust: EndpointTrust,
         provider_id: impl Into<String>,
     ) -> Self {
         Self {
             tcti: tcti.into(),
             endpoint,
+            trust,
             provider_id: provider_id.into(),
             timeout: Duration::from_secs(30),
         }
@@ -331,11 +358,21 @@ impl TpmAttestation {
                 Err(e) => last = e,
             }
         }
-        let mut stream = stream.ok_or_else(|| io(last))?;
+        let stream = stream.ok_or_else(|| io(last))?;
         stream
             .set_read_timeout(Some(self.timeout))
             .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
             .map_err(io)?;
+        let mut stream: Box<dyn ReadWrite> = if self.endpoint.tls {
+            let config = self.tls_config()?;
+            let name = rustls::pki_types::ServerName::try_from(self.endpoint.host.clone())
+                .map_err(|e| self.bad_endpoint(&format!("host {:?}: {e}", self.endpoint.host)))?;
+            let conn = rustls::ClientConnection::new(config, name)
+                .map_err(|e| io(std::io::Error::other(format!("TLS: {e}"))))?;
+            Box::new(rustls::StreamOwned::new(conn, stream))
+        } else {
+            Box::new(stream)
+        };
         let request = format!(
             "POST {}{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Accept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -345,7 +382,12 @@ impl TpmAttestation {
         );
         stream.write_all(request.as_bytes()).map_err(io)?;
         let mut raw = Vec::new();
-        stream.take(MAX_ANSWER).read_to_end(&mut raw).map_err(io)?;
+        match stream.take(MAX_ANSWER).read_to_end(&mut raw) {
+            Ok(_) => {}
+            // A TLS peer that closes without close_notify after a whole response.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+            Err(e) => return Err(io(e)),
+        }
         let (status, text) = parse_response(&raw).map_err(|reason| TpmError::BadAnswer {
             step,
             url: url.clone(),
@@ -366,6 +408,90 @@ impl TpmAttestation {
             message,
         })
     }
+}
+
+/// A byte stream: TCP, or TLS over TCP.
+trait ReadWrite: std::io::Read + std::io::Write {}
+impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
+
+impl TpmAttestation {
+    fn bad_endpoint(&self, reason: &str) -> TpmError {
+        TpmError::BadEndpoint {
+            url: self.endpoint.url(""),
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The CA certificates (PEM) the endpoint must chain to, from [`EndpointTrust`].
+    fn trusted_pem(&self) -> Result<Vec<u8>, TpmError> {
+        match &self.trust {
+            EndpointTrust::CaFile(path) => std::fs::read(path).map_err(|e| {
+                self.bad_endpoint(&format!("reading the CA file {}: {e}", path.display()))
+            }),
+            EndpointTrust::ClusterCa(kubeconfigs) => {
+                let mut tried = Vec::new();
+                for path in kubeconfigs {
+                    match cluster_ca(path) {
+                        Ok(pem) => return Ok(pem),
+                        Err(e) => tried.push(format!("{}: {e}", path.display())),
+                    }
+                }
+                Err(self.bad_endpoint(&format!(
+                    "no cluster CA to verify the endpoint with ({}); give --attestation-endpoint-ca-file",
+                    tried.join("; ")
+                )))
+            }
+        }
+    }
+
+    fn tls_config(&self) -> Result<std::sync::Arc<rustls::ClientConfig>, TpmError> {
+        use rustls::pki_types::CertificateDer;
+        use rustls::pki_types::pem::PemObject as _;
+        let pem = self.trusted_pem()?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| self.bad_endpoint(&format!("CA bundle: {e}")))?;
+            roots
+                .add(cert)
+                .map_err(|e| self.bad_endpoint(&format!("CA bundle: {e}")))?;
+        }
+        if roots.is_empty() {
+            return Err(self.bad_endpoint("the CA bundle holds no certificate"));
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| self.bad_endpoint(&format!("TLS: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(std::sync::Arc::new(config))
+    }
+}
+
+/// The CA (PEM) of the current context's cluster in the kubeconfig at `path`.
+fn cluster_ca(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    let config = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let context = config
+        .current_context
+        .as_deref()
+        .and_then(|name| config.contexts.iter().find(|c| c.name == name))
+        .and_then(|c| c.context.as_ref())
+        .map(|c| c.cluster.clone());
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| context.as_deref().is_none_or(|name| c.name == name))
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or("no cluster")?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        use base64ct::Encoding as _;
+        return base64ct::Base64::decode_vec(data.trim())
+            .map_err(|e| format!("certificate-authority-data: {e}"));
+    }
+    if let Some(file) = &cluster.certificate_authority {
+        return std::fs::read(file).map_err(|e| format!("certificate-authority {file}: {e}"));
+    }
+    Err("the cluster names no CA".to_owned())
 }
 
 fn to_json<T: serde::Serialize>(value: &T) -> String {
@@ -483,7 +609,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse_and_https_is_refused() {
+    fn endpoints_parse_with_https_or_http() {
         let e = Endpoint::parse("http://10.0.0.1:8443").unwrap();
         assert_eq!(
             e.url(CHALLENGE_PATH),
@@ -494,8 +620,11 @@ mod tests {
         let e = Endpoint::parse("http://[::1]:9").unwrap();
         assert_eq!(e.host_header(), "[::1]:9");
         assert_eq!(e.url("/x"), "http://[::1]:9/x");
+        let e = Endpoint::parse("https://approver.example").unwrap();
+        assert_eq!(e.url("/x"), "https://approver.example:443/x");
         for bad in [
-            "https://a:1",
+            "ftp://a:1",
+            "https://:1",
             "a:1",
             "http://:1",
             "http://a:x",
@@ -507,8 +636,56 @@ mod tests {
                 "{bad}"
             );
         }
-        let https = Endpoint::parse("https://a:1").unwrap_err().to_string();
-        assert!(https.contains("https is not supported"), "{https}");
+        let scheme = Endpoint::parse("ftp://a:1").unwrap_err().to_string();
+        assert!(scheme.contains("must start with https://"), "{scheme}");
+    }
+
+    fn attestation(trust: EndpointTrust) -> TpmAttestation {
+        TpmAttestation::new(
+            "device:/nonexistent",
+            Endpoint::parse("https://127.0.0.1:1").unwrap(),
+            trust,
+            "tpm://n",
+        )
+    }
+
+    #[test]
+    fn the_endpoint_ca_comes_from_the_bootstrap_kubeconfig_or_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = rcgen::generate_simple_self_signed(vec!["ca".into()]).unwrap();
+        let ca_pem = ca.cert.pem();
+        let kubeconfig = dir.path().join("bootstrap.conf");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.1:6443\n    certificate-authority-data: {}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\nusers:\n- name: u\n  user: {{}}\n",
+                {
+                    use base64ct::Encoding as _;
+                    base64ct::Base64::encode_string(ca_pem.as_bytes())
+                }
+            ),
+        )
+        .unwrap();
+        let missing = dir.path().join("missing.conf");
+        let from_kubeconfig =
+            attestation(EndpointTrust::ClusterCa(vec![missing.clone(), kubeconfig]));
+        assert_eq!(from_kubeconfig.trusted_pem().unwrap(), ca_pem.as_bytes());
+        from_kubeconfig.tls_config().unwrap();
+        let err = attestation(EndpointTrust::ClusterCa(vec![missing]))
+            .trusted_pem()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("missing.conf") && err.contains("--attestation-endpoint-ca-file"),
+            "{err}"
+        );
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "").unwrap();
+        let err = attestation(EndpointTrust::CaFile(empty))
+            .tls_config()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no certificate"), "{err}");
     }
 
     #[test]
@@ -550,6 +727,7 @@ mod tests {
         let a = TpmAttestation::new(
             "unused",
             Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            EndpointTrust::ClusterCa(vec![]),
             "tpm://n",
         );
         let e = a.post(Step::Challenge, CHALLENGE_PATH, "{}").unwrap_err();
@@ -578,11 +756,103 @@ mod tests {
         assert!(text.contains("tpm.ek_not_trusted"), "{text}");
     }
 
+    /// A one-connection TLS server on loopback serving `pair` and answering 403 with a JSON
+    /// error; its port.
+    fn tls_server(pair: nodeauth_testenv::pki::CertPair) -> u16 {
+        use rustls::pki_types::pem::PemObject as _;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let chain = CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            let conn = rustls::ServerConnection::new(std::sync::Arc::new(config)).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            let mut buf = [0u8; 4096];
+            // A client that refuses the certificate fails the handshake here.
+            if tls.read(&mut buf).is_ok() {
+                let body = r#"{"code":"tpm.rejected","message":"no"}"#;
+                let _ = write!(
+                    tls,
+                    "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+            }
+        });
+        port
+    }
+
+    #[test]
+    fn a_server_from_another_ca_is_refused() {
+        use nodeauth_testenv::pki::Ca;
+        let dir = tempfile::tempdir().unwrap();
+        let (cluster, other) = (Ca::new("cluster").unwrap(), Ca::new("other").unwrap());
+        let ca_file = dir.path().join("cluster-ca.pem");
+        std::fs::write(&ca_file, &cluster.pair().cert_pem).unwrap();
+        let attestation = |port: u16| {
+            TpmAttestation::new(
+                "unused",
+                Endpoint::parse(&format!("https://127.0.0.1:{port}")).unwrap(),
+                EndpointTrust::CaFile(ca_file.clone()),
+                "tpm://n",
+            )
+        };
+        let loopback = [std::net::IpAddr::from([127, 0, 0, 1])];
+
+        // The cluster CA's certificate for 127.0.0.1: TLS completes, the refusal comes through.
+        let port = tls_server(cluster.issue_server("ok", &[], &loopback).unwrap());
+        match attestation(port).post(Step::Challenge, CHALLENGE_PATH, "{}") {
+            Err(TpmError::Refused {
+                status: 403, code, ..
+            }) => assert_eq!(code, "tpm.rejected"),
+            other => panic!("{other:?}"),
+        }
+        // Another CA's certificate (a machine in the middle): no request is sent.
+        let port = tls_server(other.issue_server("mitm", &[], &loopback).unwrap());
+        let err = attestation(port)
+            .post(Step::Challenge, CHALLENGE_PATH, "{}")
+            .unwrap_err();
+        assert!(matches!(err, TpmError::Http { .. }), "{err:?}");
+        let text = format!("{err} {:?}", std::error::Error::source(&err));
+        assert!(
+            text.contains("UnknownIssuer") || text.contains("unknown issuer"),
+            "{text}"
+        );
+        // The cluster CA's certificate for another name.
+        let port = tls_server(
+            cluster
+                .issue_server("elsewhere", &["approver.example"], &[])
+                .unwrap(),
+        );
+        let err = attestation(port)
+            .post(Step::Challenge, CHALLENGE_PATH, "{}")
+            .unwrap_err();
+        let text = format!("{err} {:?}", std::error::Error::source(&err));
+        assert!(
+            text.contains("NotValidForName") || text.contains("not valid for name"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn an_unreachable_tpm_is_named() {
         let a = TpmAttestation::new(
             "swtpm:host=127.0.0.1,port=1",
             Endpoint::parse("http://127.0.0.1:1").unwrap(),
+            EndpointTrust::ClusterCa(vec![]),
             "tpm://n",
         );
         let key = CsrSigningKey::generate_p256().unwrap();

@@ -187,7 +187,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         cloud_key: cloud.verifying_key(),
         tickets: tickets.clone(),
     }))?;
-    let (replay, tofu) = (InMemoryReplayCache::new(), InMemoryTofuStore::new());
+    let store = InMemoryAttestationStore::new();
 
     // The node: fetch the document, ask for a challenge, build the CSR.
     let now = SystemTime::now();
@@ -206,7 +206,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The approver: parse spec.request, verify, confirm.
     let csr = parse(pem.as_bytes())?;
     let verified = registry.verify(&csr, Purpose::ClientBootstrap, now)?;
-    let identity = futures::executor::block_on(verified.confirm(&replay, &tofu, now))?;
+    let identity = futures::executor::block_on(verified.confirm(&store, "", now))?;
     println!(
         "verified {} on machine {}: {}",
         identity.provider, identity.machine_name, identity.evidence
@@ -214,7 +214,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The same CSR again is a replay.
     let again = registry.verify(&csr, Purpose::ClientBootstrap, now)?;
-    let err = futures::executor::block_on(again.confirm(&replay, &tofu, now)).unwrap_err();
+    let err = futures::executor::block_on(again.confirm(&store, "", now)).unwrap_err();
     println!("replayed CSR refused: {err}");
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Provider-neutral node attestation for kubelet CSRs (seed 001): the envelope in the CSR, the
-//! agent-side [`Attestor`] and control-plane [`Verifier`] traits, challenge tickets, replay and
-//! trust-on-first-use stores, and the `insecure` and (tests only) `null` providers.
+//! agent-side [`Attestor`] and control-plane [`Verifier`] traits, challenge tickets, the
+//! attestation state model ([`AttestationStore`]: single-use ids, trust-on-first-use bindings,
+//! monotonic counters), and the `insecure` and (tests only) `null` providers.
 //!
 //! The flow, for any provider:
 //!
@@ -11,10 +12,11 @@
 //!    [`Registry::verify`], which finds the provider's verifier, checks the payload version
 //!    (refusing an unknown one with the supported versions, for seed 001's version skew), and
 //!    asks the verifier. Verifiers are pure: they return a [`Verified`] that lists the single-use
-//!    nonces to consume and the identity ↔ machine bindings to record.
-//! 3. [`Verified::confirm`] consumes the nonces in a [`ReplayCache`] and records the bindings in a
-//!    [`TofuStore`] (in memory, or as ConfigMaps with the `kube` feature), and only then yields
-//!    the [`VerifiedIdentity`] that policy may act on.
+//!    nonces to consume, the identity ↔ machine bindings to record and the counters that must
+//!    not go backwards.
+//! 3. [`Verified::confirm`] does all three in one [`AttestationStore`] (in memory for tests;
+//!    `nodeauth_k8s::KubeAttestationStore` keeps them in the API server, so they survive restarts
+//!    and failover), and only then yields the [`VerifiedIdentity`] that policy may act on.
 //!
 //! Refusals are [`Rejection`]s whose messages say what to fix and whose [`Rejection::code`] is
 //! stable. Providers that need freshness use [`TicketKey`] challenge tickets (HS256 JWTs: expiry,
@@ -29,8 +31,7 @@
 //! ```
 //! use std::{sync::Arc, time::SystemTime};
 //! use nodeauth_attest::{
-//!     Assurance, InMemoryReplayCache, InMemoryTofuStore, Purpose, Registry, Rejection,
-//!     attested_csr,
+//!     Assurance, InMemoryAttestationStore, Purpose, Registry, Rejection, attested_csr,
 //!     providers::insecure::{InsecureAttestor, InsecureVerifier},
 //! };
 //! use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
@@ -40,14 +41,14 @@
 //! let attestor = InsecureAttestor::new("kind://docker/c1/worker-1");
 //! let pem = attested_csr(CsrBuilder::kubelet_client("worker-1"), &key, "worker-1", &attestor, None, None)?;
 //!
-//! // Approver: verify, then confirm against the replay cache and the TOFU store.
+//! // Approver: verify, then confirm against the attestation store.
 //! let mut registry = Registry::new();
 //! registry.register(Arc::new(InsecureVerifier))?;
 //! let csr = parse(pem.as_bytes())?;
 //! let now = SystemTime::now();
 //! let verified = registry.verify(&csr, Purpose::ClientBootstrap, now)?;
-//! let identity = futures::executor::block_on(verified.confirm(
-//!     &InMemoryReplayCache::new(), &InMemoryTofuStore::new(), now))?;
+//! let identity = futures::executor::block_on(
+//!     verified.confirm(&InMemoryAttestationStore::new(), "csr-uid-1", now))?;
 //! assert_eq!(identity.machine_name, "worker-1");
 //! assert_eq!(identity.assurance, Assurance::Insecure);
 //! assert_eq!(identity.warnings.len(), 1); // the binary logs this
@@ -59,7 +60,8 @@
 //! ```
 //!
 //! # Features
-//! - `kube`: [`KubeTofuStore`](kube_tofu::KubeTofuStore), a [`TofuStore`] on ConfigMaps.
+//! - `store-contract`: [`contract`], the assertions every [`AttestationStore`] must pass (test
+//!   support for store implementations, e.g. `nodeauth-k8s`'s).
 //! - `null-provider`: the `null` rubber-stamp provider, for tests only. Not in `default`; release
 //!   builds never enable it.
 #![forbid(unsafe_code)]
@@ -77,8 +79,6 @@
 
 mod attestor;
 mod envelope;
-#[cfg(feature = "kube")]
-pub mod kube_tofu;
 pub mod providers;
 mod store;
 mod ticket;
@@ -89,9 +89,11 @@ pub use envelope::{
     Block, ENVELOPE_FORMAT, ENVELOPE_MAGIC, Envelope, EnvelopeError, FRAME_LEN,
     MAX_PROVIDER_NAME_LEN, validate_provider_name,
 };
+#[cfg(feature = "store-contract")]
+pub use store::contract;
 pub use store::{
-    BoxFuture, InMemoryReplayCache, InMemoryTofuStore, ReplayCache, TofuBinding, TofuError,
-    TofuOutcome, TofuStore,
+    AttestationStore, BoxFuture, Counter, InMemoryAttestationStore, TofuBinding, TofuError,
+    TofuOutcome, check_conflicts, check_counter,
 };
 pub use ticket::{
     CLOCK_SKEW, MAX_TICKET_LEN, MAX_TICKET_LIFETIME, TicketClaims, TicketKey, TicketRejection,

@@ -7,7 +7,7 @@ use nodeauth_csr::{Csr, NODE_PREFIX};
 
 use crate::{
     envelope::{Envelope, EnvelopeError},
-    store::{ReplayCache, TofuBinding, TofuError, TofuOutcome, TofuStore},
+    store::{AttestationStore, Counter, TofuBinding, TofuError, TofuOutcome},
     ticket::{TicketClaims, TicketRejection},
 };
 
@@ -102,14 +102,16 @@ pub struct VerifiedIdentity {
     pub warnings: Vec<String>,
 }
 
-/// A verifier's successful result, before its single-use nonces are consumed and its
-/// trust-on-first-use bindings recorded. Call [`Verified::confirm`] before acting on it.
+/// A verifier's successful result, before its single-use nonces are consumed, its
+/// trust-on-first-use bindings recorded and its counters advanced. Call [`Verified::confirm`]
+/// before acting on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "an attestation counts only after Verified::confirm consumed its nonces and recorded its bindings"]
 pub struct Verified {
     identity: VerifiedIdentity,
     single_use: Vec<SingleUse>,
     bindings: Vec<TofuBinding>,
+    counters: Vec<Counter>,
 }
 
 impl Verified {
@@ -131,6 +133,7 @@ impl Verified {
             },
             single_use: Vec::new(),
             bindings: Vec::new(),
+            counters: Vec::new(),
         }
     }
 
@@ -175,6 +178,14 @@ impl Verified {
         self
     }
 
+    /// Requires `counter` not to be earlier than the value recorded for its identity;
+    /// [`confirm`](Self::confirm) records it (the TPM clock: a replayed quote or a cloned TPM
+    /// state presents an older one).
+    pub fn counter(mut self, counter: Counter) -> Self {
+        self.counters.push(counter);
+        self
+    }
+
     /// The identity, for explaining a decision before confirmation.
     pub fn identity(&self) -> &VerifiedIdentity {
         &self.identity
@@ -190,26 +201,43 @@ impl Verified {
         &self.bindings
     }
 
-    /// Consumes the nonces (refusing a replay), then records the bindings (refusing a conflict).
+    /// The counters [`confirm`](Self::confirm) will advance.
+    pub fn counters(&self) -> &[Counter] {
+        &self.counters
+    }
+
+    /// Consumes the nonces for `consumer` (the CSR's uid; refusing a replay), then records the
+    /// bindings (refusing a conflict), then advances the counters (refusing one that went
+    /// backwards), all in `store`. Confirming the same CSR again (same `consumer`) passes: it
+    /// is verification repeated after a crash, not a replay.
     ///
-    /// Nonces go first so that a replayed CSR never reaches the binding store; bindings are
-    /// recorded only for attestations that passed everything else.
+    /// Nonces go first so that a replayed CSR never reaches the other records; bindings and
+    /// counters are recorded only for attestations that passed everything else.
     ///
     /// # Errors
-    /// [`Rejection::Ticket`] with [`TicketRejection::Replayed`], or [`Rejection::Tofu`].
+    /// [`Rejection::Ticket`] with [`TicketRejection::Replayed`], or [`Rejection::Tofu`] (a
+    /// conflict, a counter gone backwards, or the store unavailable: see
+    /// [`Rejection::is_transient`]).
     pub async fn confirm(
         self,
-        replay: &dyn ReplayCache,
-        tofu: &dyn TofuStore,
+        store: &dyn AttestationStore,
+        consumer: &str,
         now: SystemTime,
     ) -> Result<VerifiedIdentity, Rejection> {
         for nonce in &self.single_use {
-            if !replay.consume(&nonce.id, nonce.expires_at, now) {
+            if !store
+                .consume(&nonce.id, consumer, nonce.expires_at, now)
+                .await
+                .map_err(Rejection::Tofu)?
+            {
                 return Err(Rejection::Ticket(TicketRejection::Replayed));
             }
         }
         for binding in &self.bindings {
-            let _: TofuOutcome = tofu.bind(binding).await.map_err(Rejection::Tofu)?;
+            let _: TofuOutcome = store.bind(binding).await.map_err(Rejection::Tofu)?;
+        }
+        for counter in &self.counters {
+            store.advance(counter).await.map_err(Rejection::Tofu)?;
         }
         Ok(self.identity)
     }
@@ -298,7 +326,7 @@ pub enum Rejection {
         /// What failed, in words an operator can act on.
         reason: String,
     },
-    /// A trust-on-first-use conflict, or the store is unavailable.
+    /// A trust-on-first-use conflict, a counter gone backwards, or the store is unavailable.
     #[error("{0}")]
     Tofu(#[from] TofuError),
 }
@@ -337,6 +365,7 @@ impl Rejection {
                 TofuError::MachineBoundToOtherIdentity { .. } => {
                     "attestation.tofu.machine_bound_to_other_identity"
                 }
+                TofuError::CounterWentBackwards { .. } => "attestation.counter.went_backwards",
                 TofuError::Unavailable(_) => "attestation.tofu.unavailable",
             },
         }

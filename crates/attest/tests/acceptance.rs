@@ -34,8 +34,7 @@ struct Fixture {
     cloud: SigningKey,
     tickets: TicketKey,
     registry: Registry,
-    replay: InMemoryReplayCache,
-    tofu: InMemoryTofuStore,
+    store: InMemoryAttestationStore,
     now: SystemTime,
 }
 
@@ -58,8 +57,7 @@ fn fixture() -> Fixture {
         cloud,
         tickets,
         registry,
-        replay: InMemoryReplayCache::new(),
-        tofu: InMemoryTofuStore::new(),
+        store: InMemoryAttestationStore::new(),
         now: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
     }
 }
@@ -87,7 +85,7 @@ impl Fixture {
         now: SystemTime,
     ) -> Result<VerifiedIdentity, Rejection> {
         let verified = self.registry.verify(csr, purpose, now)?;
-        futures::executor::block_on(verified.confirm(&self.replay, &self.tofu, now))
+        futures::executor::block_on(verified.confirm(&self.store, "", now))
     }
 }
 

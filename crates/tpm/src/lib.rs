@@ -22,7 +22,7 @@
 //!                     ◀── Challenge{id, credential blob}   (PendingActivation kept server-side)
 //!  ActivateCredential(AK, EK, blob) → secret
 //!  proof = secret ───────────────────────────────▶ complete_activation:
-//!                                                   not expired, id consumed once (ReplayCache),
+//!                                                   not expired, pending consumed (by value),
 //!                                                   secret == proof (constant time)
 //!                     ◀── Ticket = MAC(EK, AK Name, nonce, node, expiry)
 //!  CSR key k; extraData = SHA-256(nonce ‖ SHA-256(SPKI(k)))
@@ -34,8 +34,8 @@
 //!                                                   magic, type, signature under AK's scheme
 //!                                                   extraData == SHA-256(nonce ‖ SHA-256(CSR SPKI))
 //!                                                   PCR digest + policy (quote)
-//!                                                   nonce consumed once (ReplayCache)
-//!                                                   TOFU: EK → machine, clock monotonic
+//!                                                   AttestationStore: nonce consumed once,
+//!                                                   EK → machine (TOFU), clock monotonic
 //!                                                   ⇒ VerifiedTpmIdentity
 //! ```
 //!
@@ -52,24 +52,20 @@
 //! - [`EkCaBundle`], [`EkFingerprint`]: EK certificate chains and EK pins
 //!   (`sha256:<hex of the EK SubjectPublicKeyInfo DER>`).
 //! - [`make_credential`], [`kdf`]: MakeCredential, KDFa, KDFe.
-//! - [`TpmVerifier`]: the flow above; [`ReplayCache`], [`TofuStore`] with in-memory impls.
+//! - [`TpmVerifier`]: the flow above; what it must remember goes to `nodeauth_attest`'s one
+//!   [`AttestationStore`](nodeauth_attest::AttestationStore).
 //! - `agent` (feature `esapi`): the node side on tss-esapi 7.7: EK, AK, ActivateCredential,
 //!   TPM2_Quote, and TPM2_Certify of the CSR key loaded with its private part.
 //! - [`provider`]: the `tpm` provider of `nodeauth-attest` ([`provider::TpmAttestVerifier`];
-//!   `TpmAttestor` with feature `esapi`): EK → machine bindings go through attest's TOFU store,
-//!   the ticket nonce through attest's replay cache; see the module for the choices made.
+//!   `TpmAttestor` with feature `esapi`): the ticket nonce, the EK → machine binding and the TPM
+//!   clock are records of attest's store; see the module for the choices made.
 //!
 //! # Example
 //!
 //! ```
-//! use std::sync::Arc;
 //! use nodeauth_tpm::*;
 //!
-//! let verifier = TpmVerifier::new(
-//!     VerifierConfig::new(EkCaBundle::new(), TicketKey::new([7; 32])),
-//!     Arc::new(InMemoryReplayCache::new()),
-//!     Arc::new(InMemoryTofuStore::new()),
-//! );
+//! let verifier = TpmVerifier::new(VerifierConfig::new(EkCaBundle::new(), TicketKey::new([7; 32])));
 //! # let _ = verifier;
 //!
 //! // An AK that can decrypt is refused, whatever else is right about it.
@@ -106,7 +102,6 @@ pub mod kdf;
 pub mod pin;
 pub mod provider;
 mod public;
-mod store;
 mod ticket;
 mod verifier;
 mod wire;
@@ -123,7 +118,6 @@ pub use ek::{EkCaBundle, EkFingerprint, FingerprintParseError, certificate_spki}
 pub use error::{AkPolicyError, ChainError, CredentialError, EkProfileError, ParseError};
 pub use evidence::{ActivationRequest, PcrValue, TpmEvidence};
 pub use public::{ObjectAttributes, Public, PublicKey, Scheme, SymDef, public_from_spki};
-pub use store::{InMemoryReplayCache, InMemoryTofuStore, ReplayCache, TofuError, TofuStore};
 pub use ticket::{TicketClaims, TicketError, TicketKey};
 pub use verifier::{
     Challenge, CheckedEvidence, EkTrustBasis, ExpectedAttestation, PcrPolicy, PendingActivation,

@@ -12,9 +12,9 @@
 //! - **Tickets.** The TPM ticket keeps its own format ([`TicketKey`](crate::TicketKey), a MAC
 //!   over EK fingerprint, AK Name, nonce, node and expiry) rather than `nodeauth_attest`'s
 //!   HS256 JWT: the claims the TPM flow needs (EK, AK Name) have no place in the attest ticket,
-//!   and the ticket is opaque to the agent anyway. Its nonce is still consumed through
-//!   `nodeauth_attest`'s shared [`ReplayCache`](nodeauth_attest::ReplayCache), under the key
-//!   `b"tpm:nonce:" || nonce`, by [`Verified::confirm`].
+//!   and the ticket is opaque to the agent anyway. Its nonce is still consumed in
+//!   `nodeauth_attest`'s one [`AttestationStore`](nodeauth_attest::AttestationStore), under the
+//!   key `b"tpm:nonce:" || nonce`, by [`Verified::confirm`].
 //! - **EK → machine.** A node pinned to an EK ([`crate::pin`]: Machine annotation, operator
 //!   allowlist; [`TpmVerifier::with_pins`]) is checked against the pin when the challenge is
 //!   issued and again here, and no TOFU binding is recorded or consulted for it: the pin wins
@@ -23,11 +23,13 @@
 //!   store holds every provider's bindings, both ways (a bound name refuses a second EK, a
 //!   bound EK a second name). The machine is the node name (the evidence names no other
 //!   machine).
-//! - **TPM clock.** The reset/restart/clock monotonicity check stays TPM-specific: it goes to
-//!   the wrapped [`TpmVerifier`]'s own [`TofuStore`](crate::TofuStore) (only its
-//!   `observe_clock` is used here; `bind_ek` is not). It runs during verification, before
-//!   [`Verified::confirm`]; a replay presents the same clock, which is not "backwards", and is
-//!   then refused by the replay cache.
+//! - **TPM clock.** `[resetCount, restartCount, clock]` is a
+//!   [`Counter`](nodeauth_attest::Counter) of the EK in the same store, advanced by
+//!   [`Verified::confirm`] after the nonce and the binding: evidence quoted before the latest
+//!   recorded attestation of this TPM (a held-back quote, a cloned TPM state) is refused, also
+//!   after an approver restart or failover, because the record lives where the store keeps it
+//!   (the API server, for the approver). A replay of the same evidence presents the same clock,
+//!   which is not "backwards"; its nonce refuses it.
 //! - **Purposes.** Client bootstrap and client renewal are verified the same way. Serving
 //!   certificates are accepted too, with the same checks: the evidence proves the serving key
 //!   was bound to this TPM by a freshly activated AK, which is strictly more than kubelet
@@ -36,11 +38,9 @@
 
 use crate::error::ParseError;
 use crate::evidence::TpmEvidence;
-use crate::store::TofuError as TpmTofuError;
 use crate::verifier::{ExpectedAttestation, TpmRejection, TpmVerifier, VerifiedTpmIdentity};
 use nodeauth_attest::{
-    Assurance, AttestationInput, Rejection, TicketRejection, TofuBinding, TofuError, Verified,
-    Verifier,
+    Assurance, AttestationInput, Rejection, TicketRejection, Verified, Verifier,
 };
 
 /// The provider name.
@@ -60,8 +60,7 @@ impl core::fmt::Debug for TpmAttestVerifier {
 }
 
 impl TpmAttestVerifier {
-    /// Wraps `inner` (its replay cache is used only by its own challenge flow; its TOFU store
-    /// only for the TPM clock).
+    /// Wraps `inner`.
     pub fn new(inner: TpmVerifier) -> Self {
         Self { inner }
     }
@@ -84,21 +83,16 @@ impl TpmAttestVerifier {
             .inner
             .check_evidence(&evidence, &expected)
             .map_err(|e| rejection(e, input))?;
-        let id = &checked.identity;
-        self.inner
-            .observe_clock(&id.ek, &id.clock)
-            .map_err(|e| rejection(e, input))?;
-        let mut nonce_key = b"tpm:".to_vec();
-        nonce_key.extend_from_slice(&checked.nonce_key());
         let verified = Verified::new(input, machine, Assurance::Verified)
-            .evidence(summary(id))
-            .single_use(nonce_key, checked.nonce_expires_at);
+            .evidence(summary(&checked.identity))
+            .single_use(checked.nonce_key(), checked.nonce_expires_at)
+            .counter(checked.clock_counter());
         // A pin beats trust on first use: a pinned node's EK is checked against the pin (in
         // check_evidence), and a binding recorded by an earlier, unpinned claimant of the name
         // is neither consulted nor extended.
-        Ok(match checked.pinned {
-            Some(_) => verified,
-            None => verified.binding(TofuBinding::new(PROVIDER, id.ek.to_string(), machine)),
+        Ok(match checked.binding(machine) {
+            Some(binding) => verified.binding(binding),
+            None => verified,
         })
     }
 }
@@ -128,8 +122,8 @@ fn summary(id: &VerifiedTpmIdentity) -> String {
 
 /// Maps a [`TpmRejection`] onto `nodeauth_attest`'s [`Rejection`] variants: ticket expiry and
 /// node mismatches become [`Rejection::Ticket`], evidence bound to another CSR key
-/// [`Rejection::KeyBindingMismatch`], malformed input [`Rejection::MalformedPayload`], EK
-/// conflicts [`Rejection::Tofu`], and everything else [`Rejection::Evidence`] with the TPM
+/// [`Rejection::KeyBindingMismatch`], malformed input [`Rejection::MalformedPayload`], store
+/// refusals [`Rejection::Tofu`], and everything else [`Rejection::Evidence`] with the TPM
 /// reason as its message.
 pub fn rejection(e: TpmRejection, input: &AttestationInput<'_>) -> Rejection {
     let now = crate::ticket::unix(input.now);
@@ -149,17 +143,7 @@ pub fn rejection(e: TpmRejection, input: &AttestationInput<'_>) -> Rejection {
         }
         TpmRejection::NonceReused => Rejection::Ticket(TicketRejection::Replayed),
         TpmRejection::EvidenceForOtherCsrKey => Rejection::KeyBindingMismatch,
-        TpmRejection::Tofu(TpmTofuError::EkBoundToOtherMachine {
-            ek,
-            bound_to,
-            claimed_by,
-        }) => Rejection::Tofu(TofuError::IdentityBoundToOtherMachine {
-            provider: PROVIDER.to_owned(),
-            identity: ek.to_string(),
-            bound_to,
-            claimed_by,
-        }),
-        TpmRejection::Tofu(TpmTofuError::Store(s)) => Rejection::Tofu(TofuError::Unavailable(s)),
+        TpmRejection::Store(e) => Rejection::Tofu(e),
         other => Rejection::Evidence {
             provider: PROVIDER.to_owned(),
             reason: other.to_string(),

@@ -121,38 +121,50 @@ fn fingerprint_text_form_round_trips() {
     assert!("sha256:zz".parse::<EkFingerprint>().is_err());
 }
 
+/// The clock counter orders attestations of one TPM as (resetCount, restartCount, clock), and
+/// a pinned EK records no binding while an unpinned one binds EK → machine.
 #[test]
-fn tofu_clock_must_not_go_backwards() {
-    let store = InMemoryTofuStore::new();
+fn checked_evidence_records_clock_order_and_binding() {
     let ek = EkFingerprint([1; 32]);
-    let c = |reset, restart, clock| ClockInfo {
-        clock,
-        reset_count: reset,
-        restart_count: restart,
-        safe: true,
+    let checked = |reset, restart, clock, pinned: Option<EkFingerprint>| CheckedEvidence {
+        identity: VerifiedTpmIdentity {
+            node_name: "worker-1".into(),
+            machine: "worker-1".into(),
+            ek,
+            ak_name: vec![],
+            attest_type: ST_ATTEST_QUOTE,
+            clock: ClockInfo {
+                clock,
+                reset_count: reset,
+                restart_count: restart,
+                safe: true,
+            },
+            firmware_version: 0,
+            pcrs: vec![],
+        },
+        pinned,
+        nonce: [5; 32],
+        nonce_expires_at: std::time::SystemTime::UNIX_EPOCH,
     };
-    store.observe_clock(&ek, &c(2, 1, 100)).unwrap();
-    store.observe_clock(&ek, &c(2, 1, 150)).unwrap();
-    store.observe_clock(&ek, &c(3, 0, 10)).unwrap();
-    assert!(matches!(
-        store.observe_clock(&ek, &c(2, 5, 999)),
-        Err(TofuError::ClockWentBackwards { .. })
-    ));
-    store.bind_ek(&ek, "m1").unwrap();
-    store.bind_ek(&ek, "m1").unwrap();
-    assert!(matches!(
-        store.bind_ek(&ek, "m2"),
-        Err(TofuError::EkBoundToOtherMachine { .. })
-    ));
-}
-
-#[test]
-fn replay_cache_consumes_once() {
-    let cache = InMemoryReplayCache::new();
-    let now = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000);
-    let exp = now + std::time::Duration::from_secs(60);
-    assert!(cache.consume(b"n", exp, now));
-    assert!(!cache.consume(b"n", exp, now));
+    let later = checked(3, 0, 10, None).clock_counter();
+    let earlier = checked(2, 5, 999, None).clock_counter();
+    assert_eq!(later.identity, ek.to_string());
+    assert!(later.not_before(&earlier.value));
+    assert!(!earlier.not_before(&later.value));
+    assert!(
+        checked(2, 5, 1000, None)
+            .clock_counter()
+            .not_before(&earlier.value)
+    );
+    let binding = checked(1, 0, 0, None).binding("m1").unwrap();
+    assert_eq!(
+        (binding.provider.as_str(), binding.machine.as_str()),
+        ("tpm", "m1")
+    );
+    assert!(checked(1, 0, 0, Some(ek)).binding("m1").is_none());
+    let mut key = b"tpm:nonce:".to_vec();
+    key.extend_from_slice(&[5; 32]);
+    assert_eq!(checked(1, 0, 0, None).nonce_key(), key);
 }
 
 #[test]
@@ -321,8 +333,6 @@ mod provider_adapter {
         let mut r = Registry::new();
         r.register(Arc::new(TpmAttestVerifier::new(TpmVerifier::new(
             VerifierConfig::new(EkCaBundle::new(), TicketKey::new([9; 32])),
-            Arc::new(InMemoryReplayCache::new()),
-            Arc::new(InMemoryTofuStore::new()),
         ))))
         .unwrap();
         r
@@ -405,12 +415,8 @@ mod provider_adapter {
         let list = crate::pin::EkAllowlist::parse(&format!("worker-1 {pinned}\n")).unwrap();
         let mut r = Registry::new();
         r.register(Arc::new(TpmAttestVerifier::new(
-            TpmVerifier::new(
-                VerifierConfig::new(EkCaBundle::new(), key.clone()),
-                Arc::new(InMemoryReplayCache::new()),
-                Arc::new(InMemoryTofuStore::new()),
-            )
-            .with_pins(Arc::new(list)),
+            TpmVerifier::new(VerifierConfig::new(EkCaBundle::new(), key.clone()))
+                .with_pins(Arc::new(list)),
         )))
         .unwrap();
         let evidence = |ek: EkFingerprint, node: &str| TpmEvidence {

@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+
+use nodeauth_attest::{AttestationStore, Counter, TofuBinding, TofuError};
 use std::time::{Duration, SystemTime};
 
 use rand_core::CryptoRng;
@@ -21,7 +23,6 @@ use crate::error::{AkPolicyError, ChainError, CredentialError, ParseError};
 use crate::evidence::{ActivationRequest, PcrValue, TpmEvidence};
 use crate::pin::EkPins;
 use crate::public::{Public, PublicKey, rsa_key, sec1_point};
-use crate::store::{ReplayCache, TofuError, TofuStore};
 use crate::ticket::{TicketClaims, TicketError, TicketKey, from_unix, unix};
 
 /// Why the verifier refused. Every variant is a distinct, operator-readable reason.
@@ -69,9 +70,6 @@ pub enum TpmRejection {
     /// The activation challenge expired before the proof arrived.
     #[error("activation challenge expired")]
     ChallengeExpired,
-    /// The activation challenge was already answered.
-    #[error("activation challenge already used")]
-    ChallengeReused,
     /// The activation proof is not the secret: the AK is not on the TPM holding the EK.
     #[error(
         "activation proof does not match the challenge secret (AK and EK are not on the same TPM)"
@@ -170,9 +168,10 @@ pub enum TpmRejection {
         /// The value, hex.
         value: String,
     },
-    /// Trust on first use failed.
+    /// A record of the attestation store refused the evidence (EK bound to another machine,
+    /// TPM clock gone backwards), or the store was unavailable.
     #[error("{0}")]
-    Tofu(#[from] TofuError),
+    Store(#[from] TofuError),
     /// The node is pinned to another EK (Machine annotation or operator allowlist).
     #[error("node {node:?} is pinned to EK {pinned} by {origin}; EK {presented} asked for it")]
     EkNotPinned {
@@ -393,20 +392,49 @@ pub struct CheckedEvidence {
 }
 
 impl CheckedEvidence {
-    /// The replay-cache key for the nonce: `b"nonce:" || nonce`.
+    /// The single-use id of the ticket's nonce: `b"tpm:nonce:" || nonce`.
     pub fn nonce_key(&self) -> Vec<u8> {
-        let mut key = b"nonce:".to_vec();
+        let mut key = b"tpm:nonce:".to_vec();
         key.extend_from_slice(&self.nonce);
         key
+    }
+
+    /// The trust-on-first-use binding EK → `machine` to record, unless a pin binds the EK (a
+    /// pin wins over whatever EK claimed the name first: no binding is consulted or recorded).
+    pub fn binding(&self, machine: &str) -> Option<TofuBinding> {
+        match self.pinned {
+            Some(_) => None,
+            None => Some(TofuBinding::new(
+                crate::provider::PROVIDER,
+                self.identity.ek.to_string(),
+                machine,
+            )),
+        }
+    }
+
+    /// The TPM clock as a counter of the EK that must never go backwards:
+    /// `[resetCount, restartCount, clock]` (a replayed quote or a cloned TPM state presents an
+    /// older one).
+    pub fn clock_counter(&self) -> Counter {
+        let c = &self.identity.clock;
+        Counter::new(
+            crate::provider::PROVIDER,
+            self.identity.ek.to_string(),
+            [
+                u64::from(c.reset_count),
+                u64::from(c.restart_count),
+                c.clock,
+            ],
+        )
     }
 }
 
 /// The TPM attestation verifier. Pure: no I/O, no clock (every call takes `now`), no
-/// randomness of its own (challenge issue takes an RNG).
+/// randomness of its own (challenge issue takes an RNG), no memory of its own: what must be
+/// remembered (nonces, EK bindings, TPM clocks) goes to the caller's
+/// [`AttestationStore`](nodeauth_attest::AttestationStore).
 pub struct TpmVerifier {
     config: VerifierConfig,
-    replay: Arc<dyn ReplayCache>,
-    tofu: Arc<dyn TofuStore>,
     pins: Option<Arc<dyn EkPins>>,
 }
 
@@ -431,18 +459,9 @@ fn binding_from_key_digest(nonce: &[u8], key_digest: &[u8; 32]) -> [u8; 32] {
 }
 
 impl TpmVerifier {
-    /// A verifier with its replay cache and trust-on-first-use store.
-    pub fn new(
-        config: VerifierConfig,
-        replay: Arc<dyn ReplayCache>,
-        tofu: Arc<dyn TofuStore>,
-    ) -> Self {
-        Self {
-            config,
-            replay,
-            tofu,
-            pins: None,
-        }
+    /// A verifier with its configuration.
+    pub fn new(config: VerifierConfig) -> Self {
+        Self { config, pins: None }
     }
 
     /// Enforces EK pins from `pins` when challenges are issued and when evidence is checked:
@@ -602,8 +621,9 @@ impl TpmVerifier {
         ))
     }
 
-    /// Step 2: checks the ActivateCredential output (constant time, once, before expiry) and
-    /// issues a ticket with a fresh single-use nonce.
+    /// Step 2: checks the ActivateCredential output (constant time, before expiry) and issues
+    /// a ticket with a fresh single-use nonce. `pending` is consumed: each challenge is answered
+    /// at most once (the endpoint removes it from its map before calling this).
     pub fn complete_activation<R: CryptoRng + ?Sized>(
         &self,
         pending: PendingActivation,
@@ -613,14 +633,6 @@ impl TpmVerifier {
     ) -> Result<Ticket, TpmRejection> {
         if unix(now) > pending.expires_at {
             return Err(TpmRejection::ChallengeExpired);
-        }
-        let mut key = b"challenge:".to_vec();
-        key.extend_from_slice(&pending.id);
-        if !self
-            .replay
-            .consume(&key, from_unix(pending.expires_at), now)
-        {
-            return Err(TpmRejection::ChallengeReused);
         }
         if !bool::from(pending.secret.as_slice().ct_eq(proof)) {
             return Err(TpmRejection::ActivationProofMismatch);
@@ -642,37 +654,41 @@ impl TpmVerifier {
         })
     }
 
-    /// Step 3: verifies the evidence in a CSR. On success the ticket's nonce is consumed and
-    /// the EK is bound to `expected.machine` (unless a pin binds it).
-    pub fn verify(
+    /// Step 3: verifies the evidence in a CSR, then records it in `store` for `consumer` (the
+    /// CSR's uid): the ticket's nonce is consumed, the EK bound to `expected.machine` (unless a
+    /// pin binds it) and the TPM clock advanced. The `nodeauth-attest` provider does the same
+    /// through [`nodeauth_attest::Verified::confirm`].
+    pub async fn verify(
         &self,
         evidence: &TpmEvidence,
         expected: &ExpectedAttestation<'_>,
+        store: &dyn AttestationStore,
+        consumer: &str,
     ) -> Result<VerifiedTpmIdentity, TpmRejection> {
         let checked = self.check_evidence(evidence, expected)?;
-        if !self
-            .replay
-            .consume(&checked.nonce_key(), checked.nonce_expires_at, expected.now)
+        if !store
+            .consume(
+                &checked.nonce_key(),
+                consumer,
+                checked.nonce_expires_at,
+                expected.now,
+            )
+            .await?
         {
             return Err(TpmRejection::NonceReused);
         }
-        let id = checked.identity;
-        if checked.pinned.is_none() {
-            self.tofu.bind_ek(&id.ek, expected.machine)?;
+        if let Some(binding) = checked.binding(expected.machine) {
+            store.bind(&binding).await?;
         }
-        self.tofu.observe_clock(&id.ek, &id.clock)?;
-        Ok(id)
-    }
-
-    /// Records the TPM clock of a checked attestation in the TOFU store: fails if the TPM's
-    /// reset/restart counters or clock went backwards (a replayed quote or cloned TPM state).
-    pub fn observe_clock(&self, ek: &EkFingerprint, clock: &ClockInfo) -> Result<(), TpmRejection> {
-        Ok(self.tofu.observe_clock(ek, clock)?)
+        store.advance(&checked.clock_counter()).await?;
+        Ok(checked.identity)
     }
 
     /// The stateless part of [`verify`](Self::verify): every check except consuming the nonce,
-    /// binding the EK and observing the clock, which the caller must then do (the
-    /// `nodeauth-attest` adapter does them through [`nodeauth_attest::Verified`]).
+    /// binding the EK and advancing the clock, which the caller must then do
+    /// ([`CheckedEvidence::nonce_key`], [`CheckedEvidence::binding`],
+    /// [`CheckedEvidence::clock_counter`]; the `nodeauth-attest` adapter does them through
+    /// [`nodeauth_attest::Verified`]).
     pub fn check_evidence(
         &self,
         evidence: &TpmEvidence,

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use nodeauth_attest::{InMemoryAttestationStore, TofuError};
 use nodeauth_testenv::Swtpm;
 use nodeauth_tpm::agent::{Ak, AkKind, Ek, EkKind, TpmAgent};
 use nodeauth_tpm::*;
@@ -29,15 +30,38 @@ fn ca_bundle() -> EkCaBundle {
     b
 }
 
-fn verifier_with(config: VerifierConfig) -> TpmVerifier {
-    TpmVerifier::new(
-        config,
-        Arc::new(InMemoryReplayCache::new()),
-        Arc::new(InMemoryTofuStore::new()),
-    )
+/// A verifier with its own in-memory attestation store (what the approver keeps in the API
+/// server): nonces, EK bindings and TPM clocks persist across its `verify` calls.
+struct Verifier {
+    inner: TpmVerifier,
+    store: InMemoryAttestationStore,
 }
 
-fn verifier() -> TpmVerifier {
+impl std::ops::Deref for Verifier {
+    type Target = TpmVerifier;
+    fn deref(&self) -> &TpmVerifier {
+        &self.inner
+    }
+}
+
+impl Verifier {
+    fn verify(
+        &self,
+        evidence: &TpmEvidence,
+        expected: &ExpectedAttestation<'_>,
+    ) -> Result<VerifiedTpmIdentity, TpmRejection> {
+        futures::executor::block_on(self.inner.verify(evidence, expected, &self.store, ""))
+    }
+}
+
+fn verifier_with(config: VerifierConfig) -> Verifier {
+    Verifier {
+        inner: TpmVerifier::new(config),
+        store: InMemoryAttestationStore::new(),
+    }
+}
+
+fn verifier() -> Verifier {
     verifier_with(VerifierConfig::new(ca_bundle(), TicketKey::new([42; 32])))
 }
 
@@ -172,7 +196,9 @@ fn rsa_ek_quote_happy_path_and_rejections() {
     let ev5 = n.agent.quote(&n.ak, &t5.bytes, &spki, &[0]).unwrap();
     assert!(matches!(
         v.verify(&ev5, &expected("worker-2", "machine-2", &spki, now)),
-        Err(TpmRejection::Tofu(TofuError::EkBoundToOtherMachine { .. }))
+        Err(TpmRejection::Store(
+            TofuError::IdentityBoundToOtherMachine { .. }
+        ))
     ));
 
     // Expired ticket.
@@ -371,15 +397,15 @@ fn certify_external_csr_key_happy_path_and_rejections() {
 mod attest_provider {
     use super::*;
     use nodeauth_attest::{
-        Assurance, Envelope, InMemoryReplayCache as AttestReplay, InMemoryTofuStore as AttestTofu,
-        Purpose, Registry, Rejection, TofuError as AttestTofuError, attested_csr,
+        Assurance, Envelope, Purpose, Registry, Rejection, TofuError as AttestTofuError,
+        attested_csr,
     };
     use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
     use nodeauth_tpm::provider::{CsrKeyEvidence, TpmAttestVerifier, TpmAttestor};
 
     fn registry() -> Registry {
         let mut r = Registry::new();
-        r.register(Arc::new(TpmAttestVerifier::new(verifier())))
+        r.register(Arc::new(TpmAttestVerifier::new(verifier().inner)))
             .unwrap();
         r
     }
@@ -391,11 +417,10 @@ mod attest_provider {
 
     fn confirm(
         v: nodeauth_attest::Verified,
-        replay: &AttestReplay,
-        tofu: &AttestTofu,
+        store: &InMemoryAttestationStore,
         now: SystemTime,
     ) -> Result<nodeauth_attest::VerifiedIdentity, Rejection> {
-        futures::executor::block_on(v.confirm(replay, tofu, now))
+        futures::executor::block_on(v.confirm(store, "", now))
     }
 
     #[test]
@@ -403,7 +428,7 @@ mod attest_provider {
         let registry = registry();
         let mut n = node(EkKind::Rsa2048, AkKind::EccP256);
         let now = SystemTime::now();
-        let (replay, tofu) = (AttestReplay::new(), AttestTofu::new());
+        let store = InMemoryAttestationStore::new();
         // The approver's attestation endpoint uses the same TpmVerifier (same ticket key).
         let endpoint = verifier();
 
@@ -429,7 +454,7 @@ mod attest_provider {
             let verified = registry
                 .verify(&csr, Purpose::ClientBootstrap, now)
                 .expect("verified");
-            let id = confirm(verified, &replay, &tofu, now).expect("confirmed");
+            let id = confirm(verified, &store, now).expect("confirmed");
             // Serving certificates get the same checks (stateless part shown here).
             let serving = registry
                 .verify(&csr, Purpose::Serving, now)
@@ -454,7 +479,7 @@ mod attest_provider {
                 .verify(&csr, Purpose::ClientRenewal, now)
                 .expect("stateless checks pass");
             assert_eq!(
-                confirm(again, &replay, &tofu, now).unwrap_err().code(),
+                confirm(again, &store, now).unwrap_err().code(),
                 "attestation.ticket.replayed"
             );
         }
@@ -520,7 +545,7 @@ mod attest_provider {
             )
             .expect("stateless checks pass");
         assert!(matches!(
-            confirm(verified, &replay, &tofu, now),
+            confirm(verified, &store, now),
             Err(Rejection::Tofu(
                 AttestTofuError::IdentityBoundToOtherMachine { .. }
             ))

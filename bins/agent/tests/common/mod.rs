@@ -376,6 +376,20 @@ impl TpmNodeauth {
         let ticket_key = dir.path().join("ticket.key");
         std::fs::write(&ticket_key, "cd".repeat(32)).unwrap();
         let port = manifests::free_port().unwrap();
+        // The endpoint's certificate comes from the cluster CA: the agent verifies it with the
+        // CA discovery gave it (in its bootstrap kubeconfig), no extra flag.
+        let serving = cp()
+            .pki()
+            .cluster_ca
+            .issue_server(
+                "nodeauth-attestation",
+                &[],
+                &[std::net::IpAddr::from([127, 0, 0, 1])],
+            )
+            .unwrap();
+        let (tls_cert, tls_key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&tls_cert, &serving.cert_pem).unwrap();
+        nodeauth_testenv::pki::write_private(&tls_key, serving.key_pem.as_bytes()).unwrap();
         let nodeauth = cp()
             .start_nodeauth(&nodeauth_testenv::NodeauthOptions {
                 policy: policy_path,
@@ -384,6 +398,8 @@ impl TpmNodeauth {
                     format!("--tpm-ek-ca={}", ek_ca.display()),
                     format!("--tpm-ticket-key-file={}", ticket_key.display()),
                     format!("--attestation-bind-address=127.0.0.1:{port}"),
+                    format!("--attestation-tls-cert-file={}", tls_cert.display()),
+                    format!("--attestation-tls-private-key-file={}", tls_key.display()),
                 ],
                 signer_args,
                 ..Default::default()
@@ -392,7 +408,7 @@ impl TpmNodeauth {
             .expect("nodeauth's approver (TPM endpoint), signer and bootstrap-signer");
         Self {
             nodeauth,
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: format!("https://127.0.0.1:{port}"),
             tpm,
             _dir: dir,
         }
