@@ -424,15 +424,17 @@ fn bench_smoke() -> Result<()> {
 }
 
 /// Packages whose feature-gated tests `cargo xtask test` runs as well.
-const FEATURE_TESTS: [(&str, &str); 4] = [
+const FEATURE_TESTS: [(&str, &str); 5] = [
     // The TPM agent on tss-esapi, against a real swtpm.
     ("nodeauth-tpm", "esapi"),
     // The aws-lc-rs signing backend, its certificates checked against RustCrypto's.
     ("nodeauth-issuer", "aws-lc"),
-    // The Kubernetes-backed TOFU store (real control plane) and the test-only null provider.
-    ("nodeauth-attest", "kube,null-provider"),
+    // The attestation store contract and the test-only null provider.
+    ("nodeauth-attest", "store-contract,null-provider"),
     // `agent join --attestation tpm` on swtpm against the approver's attestation endpoint.
     ("agent", "tpm"),
+    // The agent library's TPM client: TLS verification of the endpoint.
+    ("nodeauth-agent", "tpm"),
 ];
 
 /// Every fuzz target briefly (the smoke run of `cargo xtask test`); a crash fails the run.
