@@ -12,7 +12,7 @@ use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
 use nodeauth_attest::providers::insecure::InsecureVerifier;
-use nodeauth_attest::{Envelope, Purpose, Registry};
+use nodeauth_attest::{Envelope, Registry};
 use nodeauth_k8s::KubeAttestationStore;
 use nodeauth_policy::MachineKind;
 use nodeauth_policy::k8s::machine_facts;
@@ -257,7 +257,7 @@ impl Attestation {
             return Ok(Some(known));
         }
         let now = SystemTime::now();
-        let outcome = match self.registry.verify(&facts.request, purpose(facts), now) {
+        let outcome = match self.registry.verify(&facts.request, facts.purpose(), now) {
             Err(e) => Err(e.to_string()),
             Ok(verified) => match verified.confirm(&self.store, uid, now).await {
                 Ok(identity) => {
@@ -313,16 +313,5 @@ impl Attestation {
             }
             map.insert(uid.to_owned(), outcome);
         }
-    }
-}
-
-/// Which certificate the CSR asks for, as attestation verifiers distinguish them.
-pub fn purpose(facts: &CsrFacts) -> Purpose {
-    if facts.signer_name == nodeauth_csr::KUBELET_SERVING {
-        Purpose::Serving
-    } else if facts.common_name() == Some(facts.username.as_str()) {
-        Purpose::ClientRenewal
-    } else {
-        Purpose::ClientBootstrap
     }
 }

@@ -616,11 +616,8 @@ fn attestation(
                 ),
             );
         }
-        // A renewal: the node itself asks (CN == username), or any node does.
-        if facts.common_name() == Some(facts.username.as_str())
-            || facts.username.starts_with(nodeauth_csr::NODE_PREFIX)
-            || facts.groups.iter().any(|g| g == "system:nodes")
-        {
+        // A renewal: the node itself asks, or any node does (CsrFacts::purpose).
+        if facts.purpose() == nodeauth_attest::Purpose::ClientRenewal {
             return RuleResult::fail(
                 CODE,
                 format!(

@@ -36,6 +36,28 @@ impl CsrFacts {
         self.request.subject().common_name()
     }
 
+    /// Which certificate the CSR asks for, for attestation verifiers and the `attestation`
+    /// rule alike (the one definition): `Serving` for the kubelet-serving signer; otherwise
+    /// `ClientRenewal` when a node asks — the node itself (CN == requester), or any requester
+    /// named `system:node:*` or in `system:nodes`, even for another node's name — and
+    /// `ClientBootstrap` for everyone else (a bootstrap token, an admin).
+    ///
+    /// A node asking for another node's client certificate is no bootstrap: it is judged as
+    /// strictly as a renewal (the insecure provider is refused), never as a new machine.
+    pub fn purpose(&self) -> nodeauth_attest::Purpose {
+        use nodeauth_attest::Purpose;
+        if self.signer_name == nodeauth_csr::KUBELET_SERVING {
+            Purpose::Serving
+        } else if self.common_name() == Some(self.username.as_str())
+            || self.username.starts_with(nodeauth_csr::NODE_PREFIX)
+            || self.groups.iter().any(|g| g == "system:nodes")
+        {
+            Purpose::ClientRenewal
+        } else {
+            Purpose::ClientBootstrap
+        }
+    }
+
     /// The node name the request claims: its common name after `system:node:`.
     pub fn node_name(&self) -> Option<&str> {
         self.common_name()

@@ -575,3 +575,23 @@ fn pem_rfc7468_encode(der: &[u8]) -> String {
     out.push_str("-----END CERTIFICATE REQUEST-----\n");
     out
 }
+
+/// The one definition of a CSR's purpose (`CsrFacts::purpose`), used by the approver for the
+/// attestation verifiers and by the `attestation` rule. The approver's old copy called a node
+/// asking for *another* node's client certificate a bootstrap (CN != requester); the engine
+/// called it a renewal. It is a renewal: a node is never a new machine, and the insecure
+/// provider (bootstrap only) must not be accepted from it.
+#[test]
+fn one_purpose_for_verifiers_and_the_attestation_rule() {
+    use nodeauth_attest::Purpose;
+    let by_token = client("worker-1", BOOTSTRAP_USER, &[BOOTSTRAP_GROUP]);
+    assert_eq!(by_token.purpose(), Purpose::ClientBootstrap);
+    let by_itself = client("worker-1", "system:node:worker-1", &["system:nodes"]);
+    assert_eq!(by_itself.purpose(), Purpose::ClientRenewal);
+    // Where the two old definitions disagreed.
+    let by_another_node = client("worker-1", "system:node:worker-2", &["system:nodes"]);
+    assert_eq!(by_another_node.purpose(), Purpose::ClientRenewal);
+    let by_a_nodes_group_member = client("worker-1", "someone", &["system:nodes"]);
+    assert_eq!(by_a_nodes_group_member.purpose(), Purpose::ClientRenewal);
+    assert_eq!(serving("worker-1", &[], &[]).purpose(), Purpose::Serving);
+}
