@@ -78,6 +78,26 @@ impl std::fmt::Debug for ReloadingCert {
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+impl ReloadingCert {
+    fn new(cert: &Path, key: &Path, provider: Arc<CryptoProvider>) -> Result<Self, String> {
+        let first = load(cert, key, &provider)?;
+        Ok(Self {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            provider,
+            loaded: Mutex::new(Loaded {
+                stamps: (mtime(cert), mtime(key)),
+                key: Arc::new(first),
+            }),
+        })
+    }
+
+    /// The certificate to serve: reloaded first if either file changed since the last load.
+    fn current(&self) -> Arc<CertifiedKey> {
         let stamps = (mtime(&self.cert), mtime(&self.key));
         let mut loaded = self
             .loaded
@@ -96,7 +116,7 @@ impl ResolvesServerCert for ReloadingCert {
                 }
             }
         }
-        Some(loaded.key.clone())
+        loaded.key.clone()
     }
 }
 
@@ -108,16 +128,7 @@ impl ResolvesServerCert for ReloadingCert {
 /// file.
 pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
     let provider = provider();
-    let first = load(cert, key, &provider)?;
-    let resolver = ReloadingCert {
-        cert: cert.to_owned(),
-        key: key.to_owned(),
-        provider: provider.clone(),
-        loaded: Mutex::new(Loaded {
-            stamps: (mtime(cert), mtime(key)),
-            key: Arc::new(first),
-        }),
-    };
+    let resolver = ReloadingCert::new(cert, key, provider.clone())?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -189,5 +200,91 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodeauth_testenv::pki::Ca;
+
+    fn write(dir: &Path, name: &str, pem: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, pem).unwrap();
+        p
+    }
+
+    fn leaf(key: &CertifiedKey) -> Vec<u8> {
+        key.cert[0].to_vec()
+    }
+
+    #[test]
+    fn bad_files_are_refused_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::new("ca").unwrap();
+        let a = ca.issue_server("a", &["a.example"], &[]).unwrap();
+        let b = ca.issue_server("b", &["b.example"], &[]).unwrap();
+        let cert = write(dir.path(), "tls.crt", &a.cert_pem);
+        let key = write(dir.path(), "tls.key", &a.key_pem);
+        server_config(&cert, &key).unwrap();
+        let missing = dir.path().join("missing.crt");
+        let err = server_config(&missing, &key).unwrap_err();
+        assert!(err.contains("missing.crt"), "{err}");
+        let empty = write(dir.path(), "empty.crt", "");
+        let err = server_config(&empty, &key).unwrap_err();
+        assert!(
+            err.contains("empty.crt") && err.contains("no CERTIFICATE"),
+            "{err}"
+        );
+        let garbage = write(
+            dir.path(),
+            "garbage.key",
+            "-----BEGIN PRIVATE KEY-----\nzz\n",
+        );
+        let err = server_config(&cert, &garbage).unwrap_err();
+        assert!(err.contains("garbage.key"), "{err}");
+        let other_key = write(dir.path(), "other.key", &b.key_pem);
+        let err = server_config(&cert, &other_key).unwrap_err();
+        assert!(
+            err.contains("tls.crt") && err.contains("other.key"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_changed_pair_is_served_and_a_broken_one_keeps_the_last_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::new("ca").unwrap();
+        let (a, b) = (
+            ca.issue_server("a", &["a.example"], &[]).unwrap(),
+            ca.issue_server("b", &["b.example"], &[]).unwrap(),
+        );
+        let cert = write(dir.path(), "tls.crt", &a.cert_pem);
+        let key = write(dir.path(), "tls.key", &a.key_pem);
+        let r = ReloadingCert::new(&cert, &key, provider()).unwrap();
+        let first = leaf(&r.current());
+        // Renewed: both files replaced (a new modification time).
+        write(dir.path(), "tls.crt", &b.cert_pem);
+        write(dir.path(), "tls.key", &b.key_pem);
+        let filetime = SystemTime::now() + Duration::from_secs(5);
+        for p in [&cert, &key] {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(filetime)
+                .unwrap();
+        }
+        let second = leaf(&r.current());
+        assert_ne!(first, second);
+        // Half-written: the certificate no longer matches the key; the last good one stays.
+        write(dir.path(), "tls.crt", &a.cert_pem);
+        std::fs::File::options()
+            .write(true)
+            .open(&cert)
+            .unwrap()
+            .set_modified(filetime + Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(leaf(&r.current()), second);
     }
 }

@@ -97,8 +97,7 @@ fn object_name(kind: Kind, provider: &[u8], key: &[u8]) -> String {
     h.update((provider.len() as u64).to_be_bytes());
     h.update(provider);
     h.update(key);
-    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-{hex}", kind.prefix())
+    format!("{}-{}", kind.prefix(), hex(&h.finalize()))
 }
 
 fn unavailable(what: &str, err: &kube::Error) -> TofuError {
