@@ -169,6 +169,7 @@ mod facts;
 #[cfg(feature = "k8s")]
 pub mod k8s;
 mod policy;
+mod presets;
 mod serving;
 mod set;
 

@@ -1,0 +1,101 @@
+//! The presets: policy files in `presets/`, embedded at build time and parsed by
+//! [`PolicySet::from_yaml`], the parser every user's policy file goes through.
+//!
+//! Invariant: every embedded file parses and validates. The unit test
+//! `every_embedded_preset_parses` guarantees it; the accessors never panic, and were the
+//! invariant broken a preset would be missing (see [`PolicySet::preset`]).
+
+use std::sync::LazyLock;
+
+use crate::{Policy, PolicyError, PolicySet};
+
+/// The preset sets, by name, with the YAML each is defined by.
+pub(crate) const FILES: [(&str, &str); 4] = [
+    ("openshift", include_str!("../presets/openshift.yaml")),
+    ("capi", include_str!("../presets/capi.yaml")),
+    ("kcm", include_str!("../presets/kcm.yaml")),
+    ("serving", include_str!("../presets/serving.yaml")),
+];
+
+/// Every file parsed, once.
+static PARSED: LazyLock<Vec<(&'static str, Result<PolicySet, PolicyError>)>> =
+    LazyLock::new(|| {
+        FILES
+            .iter()
+            .map(|(name, yaml)| (*name, PolicySet::from_yaml(yaml)))
+            .collect()
+    });
+
+/// The preset set defined by the file of this name (`openshift`, `capi`, `kcm`, `serving`).
+pub(crate) fn set(name: &str) -> Option<&'static PolicySet> {
+    PARSED
+        .iter()
+        .find(|(file, _)| *file == name)
+        .and_then(|(_, parsed)| parsed.as_ref().ok())
+}
+
+/// The single preset policy of this name, from whichever file defines it.
+pub(crate) fn policy(name: &str) -> Option<&'static Policy> {
+    PARSED
+        .iter()
+        .filter_map(|(_, parsed)| parsed.as_ref().ok())
+        .flat_map(PolicySet::policies)
+        .find(|p| p.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_preset_parses() {
+        for (name, parsed) in PARSED.iter() {
+            if let Err(e) = parsed {
+                panic!("presets/{name}.yaml: {e}");
+            }
+        }
+    }
+
+    // TEMPORARY: the YAML presets are the Rust builders they replace.
+    #[test]
+    fn yaml_presets_equal_builders() {
+        let builders = [
+            Policy::kcm(),
+            Policy::serving(),
+            Policy::openshift_client(),
+            Policy::openshift_renewal(),
+            Policy::openshift_serving(),
+            Policy::capi_client(),
+            Policy::capi_renewal(),
+            Policy::capi_serving(),
+        ];
+        let mut compared = 0;
+        for builder in &builders {
+            let parsed = policy(&builder.name).expect("parsed");
+            assert_eq!(parsed, builder);
+            assert_eq!(format!("{parsed:?}"), format!("{builder:?}"));
+            assert_eq!(
+                parsed.to_yaml().expect("yaml"),
+                builder.to_yaml().expect("yaml")
+            );
+            compared += 1;
+        }
+        for (file, _) in FILES {
+            let names: Vec<&str> = set(file)
+                .expect("set")
+                .policies()
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            let old: Vec<String> = PolicySet::preset(file)
+                .expect("old")
+                .policies()
+                .iter()
+                .map(|p| p.name.clone())
+                .collect();
+            assert_eq!(names, old);
+            assert_eq!(set(file), PolicySet::preset(file).as_ref());
+        }
+        assert_eq!(compared, 8);
+    }
+}
