@@ -83,7 +83,9 @@
 //! - `capi` = `capi-client`, `capi-renewal`, `capi-serving`: seed 001's core checks plus
 //!   attestation (required for client certificates) and the Machine's provider ID.
 //!
-//! Each preset's documentation says where it differs from its anchor.
+//! Each preset is a policy file, `presets/<name>.yaml` in this crate, embedded and parsed by
+//! [`PolicySet::from_yaml`] like any other; its comments (shown in [`PolicySet::preset`]) say
+//! where it differs from its anchor and who can write the facts each rule reads.
 //!
 //! # Decisions as output
 //!

@@ -691,16 +691,10 @@ impl Policy {
     /// `capi` presets are several policies each (bootstrap, renewal, serving): get them with
     /// [`PolicySet::preset`](crate::PolicySet::preset), which knows every name.
     pub fn preset(name: &str) -> Option<Policy> {
-        match name {
-            "kcm" => Some(Policy::kcm()),
-            "serving" => Some(Policy::serving()),
-            "openshift-client" => Some(Policy::openshift_client()),
-            "openshift-renewal" => Some(Policy::openshift_renewal()),
-            "openshift-serving" => Some(Policy::openshift_serving()),
-            "capi-client" => Some(Policy::capi_client()),
-            "capi-renewal" => Some(Policy::capi_renewal()),
-            "capi-serving" => Some(Policy::capi_serving()),
-            _ => None,
+        if Policy::PRESETS.contains(&name) {
+            crate::presets::policy(name).cloned()
+        } else {
+            None
         }
     }
 
@@ -716,258 +710,77 @@ impl Policy {
         "capi-serving",
     ];
 
-    /// Upstream kube-controller-manager's `csrapproving` (sarapprove) for the kubelet client
-    /// signer: the request must be a kubelet client request (the CSR profile; stricter than
-    /// upstream on keys and signatures), and the requester must be allowed by the
-    /// `selfnodeclient` review (when renewing its own name) or the `nodeclient` review.
-    ///
-    /// Upstream never denies, so neither does this preset: where upstream would not approve,
-    /// the verdict is [`Abstain`](crate::Verdict::Abstain) (with every rule's result).
+    /// The `kcm` preset (`presets/kcm.yaml`): upstream kube-controller-manager's
+    /// `csrapproving` (sarapprove) for the kubelet client signer, the CSR profile and the
+    /// `selfnodeclient`/`nodeclient` SubjectAccessReviews. Upstream never denies, so neither
+    /// does this preset: where upstream would not approve, the verdict is
+    /// [`Abstain`](crate::Verdict::Abstain). The file is shown in
+    /// [`PolicySet::preset`](crate::PolicySet::preset); see there for the invariant.
     pub fn kcm() -> Policy {
-        Policy {
-            name: "kcm".to_owned(),
-            signers: vec![nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET.to_owned()],
+        embedded("kcm")
+    }
+
+    /// The `serving` preset (`presets/serving.yaml`): kubelet serving certificates without DNS
+    /// lookups; SANs within the Node's addresses (which only narrows) and from a trusted
+    /// source, here the node name alone. Denies with every failed rule.
+    pub fn serving() -> Policy {
+        embedded("serving")
+    }
+
+    /// The `openshift-client` preset (`presets/openshift.yaml`): OpenShift's machine approver,
+    /// client bootstrap by the `node-bootstrapper` ServiceAccount
+    /// ([`OPENSHIFT_NODE_BOOTSTRAPPER`]) for a new node whose Machine exists, is not linked to
+    /// another node and was created at most 2 h before the CSR.
+    pub fn openshift_client() -> Policy {
+        embedded("openshift-client")
+    }
+
+    /// The `openshift-renewal` preset (`presets/openshift.yaml`): a node renewing its own
+    /// client certificate.
+    pub fn openshift_renewal() -> Policy {
+        embedded("openshift-renewal")
+    }
+
+    /// The `openshift-serving` preset (`presets/openshift.yaml`): serving certificates whose
+    /// SANs are among the node's Machine's addresses.
+    pub fn openshift_serving() -> Policy {
+        embedded("openshift-serving")
+    }
+
+    /// The `capi-client` preset (`presets/capi.yaml`): Cluster API client bootstrap (seed 001)
+    /// by a bootstrap token for a new node whose Machine exists, is not linked,
+    /// `bootstrapReady`, with a verified attestation and the Machine's provider ID.
+    pub fn capi_client() -> Policy {
+        embedded("capi-client")
+    }
+
+    /// The `capi-renewal` preset (`presets/capi.yaml`): a node renewing its own client
+    /// certificate, re-attesting, with its Machine's provider ID.
+    pub fn capi_renewal() -> Policy {
+        embedded("capi-renewal")
+    }
+
+    /// The `capi-serving` preset (`presets/capi.yaml`): serving certificates whose SANs belong
+    /// to the node's Machine; attestation optional, but a rejected one or `insecure` fails.
+    pub fn capi_serving() -> Policy {
+        embedded("capi-serving")
+    }
+}
+
+/// The embedded preset policy of this name. Every embedded preset parses (the invariant of
+/// `crate::presets`, tested), so this is that preset; were the invariant broken it returns,
+/// instead of panicking, a policy of that name that covers no signer: it abstains on every
+/// CSR and [`Policy::validate`] (so [`PolicySet::new`](crate::PolicySet::new)) refuses it.
+fn embedded(name: &str) -> Policy {
+    crate::presets::policy(name)
+        .cloned()
+        .unwrap_or_else(|| Policy {
+            name: name.to_owned(),
+            signers: Vec::new(),
             requesters: Requesters::default(),
             on_failure: OnFailure::Abstain,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::SubjectAccessReview {
-                    kind: SarKind::NodeClientOrSelf,
-                },
-            ],
-        }
-    }
-
-    /// Kubelet serving certificates without DNS lookups: the CSR profile, CN == username, a
-    /// requester in `system:nodes`, an existing Node, every SAN among that Node's addresses
-    /// (which only narrows: the node writes them) and from a trusted source, which here is the
-    /// node's own name alone: DNS SANs other than the node name and every IP SAN fail. For IP
-    /// SANs, copy it and list your node subnets in `sansFromTrustedSources.cidrs`, or use
-    /// Machine addresses (the `capi` and `openshift` presets). Denies with every failed rule.
-    pub fn serving() -> Policy {
-        Policy {
-            name: "serving".to_owned(),
-            signers: vec![nodeauth_csr::KUBELET_SERVING.to_owned()],
-            requesters: Requesters::default(),
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::CnMatchesUsername,
-                Rule::RequesterGroup {
-                    any_of: vec!["system:nodes".to_owned()],
-                },
-                Rule::NodeMustExist,
-                Rule::SansWithinNodeAddresses,
-                Rule::SansFromTrustedSources {
-                    node_name: true,
-                    machine_addresses: false,
-                    cidrs: Vec::new(),
-                    dns_patterns: Vec::new(),
-                },
-            ],
-        }
-    }
-
-    /// OpenShift's machine approver, client bootstrap: a kubelet client CSR from the
-    /// `node-bootstrapper` ServiceAccount ([`OPENSHIFT_NODE_BOOTSTRAPPER`], group
-    /// `system:serviceaccounts:openshift-machine-config-operator`) for a node that does not
-    /// exist yet, whose Machine exists, is not linked to another node, and was created at most
-    /// 2 h before the CSR (10 s of clock skew the other way).
-    ///
-    /// Where we differ: the machine approver leaves a failing CSR pending and keeps its reasons
-    /// in its log; we DENY with every reason in the condition. It finds the Machine by its
-    /// `InternalDNS` address only and requires `nodeRef` to be empty; we also match
-    /// `Hostname` and `nodeRef` ([`MachineFacts::matches_node`](crate::MachineFacts::matches_node))
-    /// and accept a `nodeRef` naming this very node (the node must not exist anyway). We have no
-    /// pending cap that halts every approval.
-    pub fn openshift_client() -> Policy {
-        Policy {
-            name: "openshift-client".to_owned(),
-            signers: vec![nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET.to_owned()],
-            requesters: Requesters {
-                usernames: vec![OPENSHIFT_NODE_BOOTSTRAPPER.to_owned()],
-                ..Requesters::default()
-            },
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::RequesterGroup {
-                    any_of: vec![OPENSHIFT_NODE_BOOTSTRAPPER_GROUP.to_owned()],
-                },
-                Rule::NodeMustNotExist,
-                Rule::MachineMustExist,
-                Rule::MachineNotLinked,
-                Rule::MachineCreatedWithin {
-                    seconds: 2 * 3600,
-                    clock_skew_seconds: DEFAULT_CLOCK_SKEW_SECONDS,
-                },
-            ],
-        }
-    }
-
-    /// OpenShift client renewal: a node renewing its own client certificate (requester
-    /// `system:node:<name>` in `system:nodes`, CN equal to the requester, the Node exists).
-    ///
-    /// Where we differ: OpenShift leaves renewals to kube-controller-manager, which also asks
-    /// the `selfnodeclient` SubjectAccessReview (granted to `system:nodes` there); this policy
-    /// needs no SAR and denies what fails.
-    pub fn openshift_renewal() -> Policy {
-        Policy {
-            name: "openshift-renewal".to_owned(),
-            signers: vec![nodeauth_csr::KUBE_APISERVER_CLIENT_KUBELET.to_owned()],
-            requesters: node_requesters(),
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::CnMatchesUsername,
-                Rule::RequesterGroup {
-                    any_of: vec![NODES_GROUP.to_owned()],
-                },
-                Rule::NodeMustExist,
-            ],
-        }
-    }
-
-    /// OpenShift serving certificates: requester `system:node:<name>` in `system:nodes`, CN
-    /// equal to the requester, the node's Machine exists and is not linked to another node,
-    /// and every SAN is among the Machine's addresses.
-    ///
-    /// Where we differ: the machine approver alternatively accepts SANs equal to those of the
-    /// serving certificate the kubelet currently presents (a TLS dial); we never dial, so a
-    /// SAN not among the Machine's addresses is denied (with that reason) rather than left
-    /// pending.
-    pub fn openshift_serving() -> Policy {
-        Policy {
-            name: "openshift-serving".to_owned(),
-            signers: vec![nodeauth_csr::KUBELET_SERVING.to_owned()],
-            requesters: node_requesters(),
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::CnMatchesUsername,
-                Rule::RequesterGroup {
-                    any_of: vec![NODES_GROUP.to_owned()],
-                },
-                Rule::MachineMustExist,
-                Rule::MachineNotLinked,
-                Rule::SansWithinMachineAddresses,
-            ],
-        }
-    }
-
-    /// Cluster API kubelet authentication (seed 001), client bootstrap: a CSR for a
-    /// `cluster.x-k8s.io/kube-apiserver-client-kubelet-<provider>` signer from a bootstrap
-    /// token (`system:bootstrap:*`, group `system:bootstrappers`) for a node that does not
-    /// exist yet, whose Machine exists, is not linked to another node and is `bootstrapReady`,
-    /// with a verified attestation whose (or whose CSR's) provider ID is the Machine's.
-    ///
-    /// Seed 001's core checks "CN equals `spec.username`" and "O equals `spec.groups`" cannot
-    /// hold for a bootstrap-token requester (`system:bootstrap:<id>`); here the CSR profile
-    /// (O exactly `system:nodes`, no SANs, client usages, no CA) plus the Machine and
-    /// attestation rules stand in for them, and the renewal policy checks CN == username.
-    /// Restrict the providers to your cluster's `authorizedAttestors` in a copy of this policy.
-    pub fn capi_client() -> Policy {
-        Policy {
-            name: "capi-client".to_owned(),
-            signers: vec![format!("{}*", nodeauth_csr::CAPI_CLIENT_KUBELET_PREFIX)],
-            requesters: Requesters {
-                username_prefixes: vec![BOOTSTRAP_USER_PREFIX.to_owned()],
-                ..Requesters::default()
-            },
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::RequesterGroup {
-                    any_of: vec![BOOTSTRAPPERS_GROUP.to_owned()],
-                },
-                Rule::NodeMustNotExist,
-                Rule::MachineMustExist,
-                Rule::MachineNotLinked,
-                Rule::MachineBootstrapReady,
-                Rule::Attestation {
-                    required: true,
-                    providers: Vec::new(),
-                },
-                Rule::ProviderIdMatchesMachine,
-            ],
-        }
-    }
-
-    /// Cluster API client renewal: the node renews its own certificate (CN == `spec.username`,
-    /// group `system:nodes`, the Node exists) and re-attests (seed 001 wants renewals to go
-    /// through re-attestation; the `insecure` provider can never renew); the Machine exists, is
-    /// not linked to another node, and has the attested provider ID.
-    pub fn capi_renewal() -> Policy {
-        Policy {
-            name: "capi-renewal".to_owned(),
-            signers: vec![format!("{}*", nodeauth_csr::CAPI_CLIENT_KUBELET_PREFIX)],
-            requesters: node_requesters(),
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::CnMatchesUsername,
-                Rule::RequesterGroup {
-                    any_of: vec![NODES_GROUP.to_owned()],
-                },
-                Rule::NodeMustExist,
-                Rule::MachineMustExist,
-                Rule::MachineNotLinked,
-                Rule::Attestation {
-                    required: true,
-                    providers: Vec::new(),
-                },
-                Rule::ProviderIdMatchesMachine,
-            ],
-        }
-    }
-
-    /// Cluster API serving certificates (seed 001, "Serving CSR handling"): requester
-    /// `system:node:<name>` in `system:nodes`, CN == requester, serving usages (the CSR
-    /// profile), and only IP and DNS SANs that belong to the node's Machine. Covers
-    /// `kubernetes.io/kubelet-serving` (what a kubelet with `serverTLSBootstrap` asks) and the
-    /// `cluster.x-k8s.io/kubelet-serving-<provider>` family. Attestation is not required (the
-    /// kubelet writes these CSRs itself), but a rejected one, or the `insecure` provider, fails.
-    pub fn capi_serving() -> Policy {
-        Policy {
-            name: "capi-serving".to_owned(),
-            signers: vec![
-                nodeauth_csr::KUBELET_SERVING.to_owned(),
-                format!("{}*", nodeauth_csr::CAPI_KUBELET_SERVING_PREFIX),
-            ],
-            requesters: node_requesters(),
-            on_failure: OnFailure::Deny,
-            rules: vec![
-                Rule::CsrProfile {
-                    verify_signature: true,
-                },
-                Rule::CnMatchesUsername,
-                Rule::RequesterGroup {
-                    any_of: vec![NODES_GROUP.to_owned()],
-                },
-                Rule::MachineMustExist,
-                Rule::MachineNotLinked,
-                Rule::SansWithinMachineAddresses,
-                Rule::Attestation {
-                    required: false,
-                    providers: Vec::new(),
-                },
-            ],
-        }
-    }
+            rules: Vec::new(),
+        })
 }
 
 /// The OpenShift ServiceAccount whose token kubelets bootstrap with.
@@ -976,9 +789,6 @@ pub const OPENSHIFT_NODE_BOOTSTRAPPER: &str =
 /// The group of the ServiceAccounts in `openshift-machine-config-operator`.
 pub const OPENSHIFT_NODE_BOOTSTRAPPER_GROUP: &str =
     "system:serviceaccounts:openshift-machine-config-operator";
-const NODES_GROUP: &str = "system:nodes";
-const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
-const BOOTSTRAP_USER_PREFIX: &str = "system:bootstrap:";
 
 /// Whether a policy's signer entry (an exact name or a `prefix*` pattern) can name a signer of
 /// serving certificates: one whose built-in profile allows `server auth`.
@@ -994,12 +804,5 @@ fn is_serving_signer(entry: &str) -> bool {
         None => nodeauth_csr::SignerRegistry::builtin()
             .profile(entry)
             .is_some_and(nodeauth_csr::SignerProfile::allows_server_auth),
-    }
-}
-
-fn node_requesters() -> Requesters {
-    Requesters {
-        username_prefixes: vec![nodeauth_csr::NODE_PREFIX.to_owned()],
-        ..Requesters::default()
     }
 }

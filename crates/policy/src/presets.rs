@@ -55,47 +55,4 @@ mod tests {
             }
         }
     }
-
-    // TEMPORARY: the YAML presets are the Rust builders they replace.
-    #[test]
-    fn yaml_presets_equal_builders() {
-        let builders = [
-            Policy::kcm(),
-            Policy::serving(),
-            Policy::openshift_client(),
-            Policy::openshift_renewal(),
-            Policy::openshift_serving(),
-            Policy::capi_client(),
-            Policy::capi_renewal(),
-            Policy::capi_serving(),
-        ];
-        let mut compared = 0;
-        for builder in &builders {
-            let parsed = policy(&builder.name).expect("parsed");
-            assert_eq!(parsed, builder);
-            assert_eq!(format!("{parsed:?}"), format!("{builder:?}"));
-            assert_eq!(
-                parsed.to_yaml().expect("yaml"),
-                builder.to_yaml().expect("yaml")
-            );
-            compared += 1;
-        }
-        for (file, _) in FILES {
-            let names: Vec<&str> = set(file)
-                .expect("set")
-                .policies()
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect();
-            let old: Vec<String> = PolicySet::preset(file)
-                .expect("old")
-                .policies()
-                .iter()
-                .map(|p| p.name.clone())
-                .collect();
-            assert_eq!(names, old);
-            assert_eq!(set(file), PolicySet::preset(file).as_ref());
-        }
-        assert_eq!(compared, 8);
-    }
 }

@@ -113,21 +113,36 @@ impl PolicySet {
     /// [`Policy::openshift_renewal`], [`Policy::openshift_serving`]), `capi`
     /// ([`Policy::capi_client`], [`Policy::capi_renewal`], [`Policy::capi_serving`]), or any
     /// single-policy preset of [`Policy::preset`] (`kcm`, `serving`, `openshift-client`, ...).
+    /// `None` for an unknown name.
+    ///
+    /// The presets are the files of the crate's `presets/` directory, embedded at build time
+    /// and parsed once, on first use, by [`PolicySet::from_yaml`] like any policy file.
+    /// Invariant: every one of them parses and validates (a unit test checks it); were one
+    /// broken, its names would be `None` here rather than a panic. The files, whose comments
+    /// say where each preset differs from its anchor and who writes the facts each rule reads:
+    ///
+    /// `presets/kcm.yaml`:
+    ///
+    #[doc = concat!("```yaml\n", include_str!("../presets/kcm.yaml"), "```")]
+    ///
+    /// `presets/serving.yaml`:
+    ///
+    #[doc = concat!("```yaml\n", include_str!("../presets/serving.yaml"), "```")]
+    ///
+    /// `presets/openshift.yaml`:
+    ///
+    #[doc = concat!("```yaml\n", include_str!("../presets/openshift.yaml"), "```")]
+    ///
+    /// `presets/capi.yaml`:
+    ///
+    #[doc = concat!("```yaml\n", include_str!("../presets/capi.yaml"), "```")]
     pub fn preset(name: &str) -> Option<PolicySet> {
-        let policies = match name {
-            "openshift" => vec![
-                Policy::openshift_client(),
-                Policy::openshift_renewal(),
-                Policy::openshift_serving(),
-            ],
-            "capi" => vec![
-                Policy::capi_client(),
-                Policy::capi_renewal(),
-                Policy::capi_serving(),
-            ],
-            other => vec![Policy::preset(other)?],
-        };
-        Some(PolicySet { policies })
+        match crate::presets::set(name) {
+            Some(set) => Some(set.clone()),
+            None => Some(PolicySet {
+                policies: vec![Policy::preset(name)?],
+            }),
+        }
     }
 
     /// The names [`PolicySet::preset`] knows: `openshift`, `capi`, then [`Policy::PRESETS`].
