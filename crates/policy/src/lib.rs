@@ -172,7 +172,6 @@ mod facts;
 pub mod k8s;
 mod policy;
 mod presets;
-mod serving;
 mod set;
 
 pub use engine::{

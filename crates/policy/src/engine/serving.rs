@@ -7,7 +7,8 @@
 
 use std::net::IpAddr;
 
-use crate::engine::{RuleResult, addresses_cover_dns, addresses_cover_ip};
+use super::RuleResult;
+use super::sans::{addresses_cover_dns, addresses_cover_ip};
 use crate::facts::dns_eq;
 use crate::{Cidr, Context, CsrFacts, DnsPattern};
 
@@ -154,7 +155,7 @@ pub(crate) fn sans_from_trusted_sources(
     let node = facts.node_name();
     // The Machine only counts when exactly one matches (as for every Machine rule).
     let machine = if sources.machine_addresses {
-        crate::engine::the_machine(facts, ctx).ok()
+        super::machine::the_machine(facts, ctx).ok()
     } else {
         None
     };
