@@ -55,4 +55,22 @@ mod tests {
             }
         }
     }
+
+    /// Each single-policy name is defined once, and the names are [`Policy::PRESETS`].
+    #[test]
+    fn embedded_policy_names_are_the_presets() {
+        let mut names: Vec<&str> = PARSED
+            .iter()
+            .filter_map(|(_, parsed)| parsed.as_ref().ok())
+            .flat_map(PolicySet::policies)
+            .map(|p| p.name.as_str())
+            .collect();
+        names.sort_unstable();
+        let mut presets = Policy::PRESETS.to_vec();
+        presets.sort_unstable();
+        assert_eq!(names, presets);
+        for (file, _) in FILES {
+            assert!(set(file).is_some(), "{file}");
+        }
+    }
 }
