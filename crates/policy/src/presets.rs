@@ -10,7 +10,7 @@ use std::sync::LazyLock;
 use crate::{Policy, PolicyError, PolicySet};
 
 /// The preset sets, by name, with the YAML each is defined by.
-pub(crate) const FILES: [(&str, &str); 4] = [
+const FILES: [(&str, &str); 4] = [
     ("openshift", include_str!("../presets/openshift.yaml")),
     ("capi", include_str!("../presets/capi.yaml")),
     ("kcm", include_str!("../presets/kcm.yaml")),

@@ -10,7 +10,7 @@ mod node;
 mod request;
 mod requester;
 mod sans;
-pub(crate) mod serving;
+mod serving;
 
 use std::sync::LazyLock;
 
