@@ -421,6 +421,26 @@ mod tests {
         );
     }
 
+    /// A ticket of a provider other than the TPM (no `cnf` claim), byte for byte: what every
+    /// approver since the JWT tickets were introduced issues for these claims.
+    #[test]
+    fn tickets_without_confirmation_keep_their_exact_bytes() {
+        const VECTOR: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.\
+            eyJhdWQiOiJ3b3JrZXItMSIsInBydiI6ImFjbWUiLCJub25jZSI6IkJ3Y0hCd2NIQndjSEJ3Y0hCd2NIQndjSEJ3Y0hCd2NIQndjSEJ3Y0hCd2MiLCJpYXQiOjE3MDAwMDAwMDAsImV4cCI6MTcwMDAwMDMwMH0.\
+            GcgfnUf7Pw2zJjWDUdl1dEWzFUFfnppVLoiUUiIppfg";
+        let key = TicketKey::new([1; 32]);
+        let claims = TicketClaims::new(
+            "worker-1",
+            "acme",
+            &[7; 32],
+            from_unix_seconds(1_700_000_000),
+            Duration::from_secs(300),
+        );
+        assert_eq!(key.issue(&claims).unwrap(), VECTOR);
+        let now = from_unix_seconds(1_700_000_100);
+        assert_eq!(key.verify(VECTOR, "worker-1", "acme", now).unwrap(), claims);
+    }
+
     #[test]
     fn overlong_lifetimes_are_not_issued() {
         let key = TicketKey::new([1; 32]);
