@@ -110,7 +110,7 @@ fn unhex(parts: &[&str]) -> Vec<u8> {
         .collect()
 }
 
-fn fixture() -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
+fn fixture(now: SystemTime) -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
     let mut ca = EkCaBundle::new();
     ca.add_pem(ISSUER_PEM).unwrap().add_pem(ROOT_PEM).unwrap();
     let key = TicketKey::new([5; 32]);
@@ -147,14 +147,17 @@ fn fixture() -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
         },
     );
     let nonce = [9; 32];
-    let claims = TicketClaims {
-        ek: EkFingerprint::of_spki(&ek_public.spki_der().unwrap()),
-        ak_name: ak.name().unwrap(),
-        nonce,
-        node_name: "worker-1".into(),
-        issued_at: 0,
-        expires_at: u64::MAX / 2,
-    };
+    // Issued at `now`; the benchmark checks against that same `now`, so it never expires.
+    let ticket = ticket::issue(
+        &key,
+        "worker-1",
+        &EkFingerprint::of_spki(&ek_public.spki_der().unwrap()),
+        &ak.name().unwrap(),
+        &nonce,
+        now,
+        std::time::Duration::from_secs(900),
+    )
+    .unwrap();
     let csr_spki = p256::SecretKey::from_slice(&[3; 32])
         .unwrap()
         .public_key()
@@ -186,7 +189,7 @@ fn fixture() -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
         .unwrap();
     let (r, s) = sig.split_bytes();
     let evidence = TpmEvidence {
-        ticket: claims.sign(&key),
+        ticket: ticket.text.into_bytes(),
         ak_public: ak.as_bytes().to_vec(),
         attest,
         signature: Signature::Ecdsa {
@@ -207,8 +210,8 @@ fn fixture() -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u8>) {
 }
 
 fn bench(c: &mut Criterion) {
-    let (verifier, ek_public, ek_cert, evidence, csr_spki) = fixture();
     let now = SystemTime::now();
+    let (verifier, ek_public, ek_cert, evidence, csr_spki) = fixture(now);
     let expected = ExpectedAttestation {
         node_name: "worker-1",
         machine: "m-1",

@@ -20,7 +20,8 @@
 //!
 //! Refusals are [`Rejection`]s whose messages say what to fix and whose [`Rejection::code`] is
 //! stable. Providers that need freshness use [`TicketKey`] challenge tickets (HS256 JWTs: expiry,
-//! audience = node, provider, single-use nonce) and [`key_binding`] to tie evidence to the CSR key.
+//! audience = node, provider, single-use nonce, and for the TPM a [`Confirmation`] of the
+//! activated EK and AK) and [`key_binding`] to tie evidence to the CSR key.
 //!
 //! This crate does no I/O, reads no clock (pass `now`) and does no logging: warnings (such as
 //! "the insecure provider was used") come back in [`VerifiedIdentity::warnings`] for the binary
@@ -96,8 +97,9 @@ pub use store::{
     TofuOutcome, check_conflicts, check_counter,
 };
 pub use ticket::{
-    CLOCK_SKEW, MAX_TICKET_LEN, MAX_TICKET_LIFETIME, TicketClaims, TicketKey, TicketRejection,
-    encode_nonce, from_unix_seconds, key_binding, key_binding_matches, unix_seconds,
+    CLOCK_SKEW, Confirmation, MAX_TICKET_LEN, MAX_TICKET_LIFETIME, TicketClaims, TicketKey,
+    TicketRejection, encode_nonce, from_unix_seconds, key_binding, key_binding_matches,
+    unix_seconds,
 };
 pub use verify::{
     Assurance, AttestationInput, DuplicateProvider, Purpose, Registry, Rejection,

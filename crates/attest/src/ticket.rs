@@ -8,9 +8,14 @@
 //! signature is compared in constant time before the claims are even parsed.
 //!
 //! Claims: `aud` (the node name), `iat`, `exp` (seconds since the Unix epoch), `nonce` (base64url
-//! of 32 random bytes; the replay-cache key), `prv` (the provider the ticket is for) and an
-//! optional `sub` a provider may use to bind the ticket to something it proved while issuing it
-//! (the TPM provider: EK and AK Name).
+//! of 32 random bytes; the replay-cache key), `prv` (the provider the ticket is for) and, only
+//! for a provider that proved something about the requester while issuing the ticket, a
+//! confirmation claim `cnf` (RFC 7800) the evidence must then match: the TPM provider's
+//! `{"tpm_ek":"sha256:<hex>","tpm_ak_name":"<base64url>"}` ([`Confirmation`]). Without one a
+//! ticket serializes exactly as before `cnf` existed.
+//!
+//! A verified ticket was issued by a holder of the key, for this node and this provider, at most
+//! [`CLOCK_SKEW`] in the future, for at most [`MAX_TICKET_LIFETIME`], and has not expired.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -27,6 +32,8 @@ pub const MAX_TICKET_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// Longest accepted ticket text.
 pub const MAX_TICKET_LEN: usize = 4096;
 
+const CLAIMS_INVALID: &str = "claims lack aud, prv, nonce, iat or exp, or carry an invalid cnf";
+
 const HEADER: &str = r#"{"alg":"HS256","typ":"JWT"}"#;
 
 /// The approver's HMAC key for tickets. Share it only between approver replicas.
@@ -37,6 +44,18 @@ impl core::fmt::Debug for TicketKey {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str("TicketKey(..)")
     }
+}
+
+/// The confirmation claim (`cnf`, RFC 7800): what the issuer verified about the requester, so
+/// the evidence can be checked against it. Only the TPM provider sets one: the TPM whose EK
+/// activated a credential for the AK with this Name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Confirmation {
+    /// The activated TPM's EK: `sha256:<hex of the EK SubjectPublicKeyInfo DER>`.
+    pub tpm_ek: String,
+    /// The activated AK's Name (nameAlg ‖ digest), base64url without padding.
+    pub tpm_ak_name: String,
 }
 
 /// What a ticket asserts. `Debug` leaves the nonce out: it is the single-use secret.
@@ -50,9 +69,9 @@ pub struct TicketClaims {
     pub provider: String,
     /// The single-use nonce, base64url without padding of 32 random bytes.
     pub nonce: String,
-    /// What the issuer verified about the requester, if anything (JWT `sub`).
-    #[serde(rename = "sub", default, skip_serializing_if = "Option::is_none")]
-    pub subject: Option<String>,
+    /// What the issuer verified about the requester, if anything (JWT `cnf`).
+    #[serde(rename = "cnf", default, skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<Confirmation>,
     /// Issue time, seconds since the Unix epoch (JWT `iat`).
     #[serde(rename = "iat")]
     pub issued_at: u64,
@@ -67,7 +86,7 @@ impl core::fmt::Debug for TicketClaims {
             .field("node_name", &self.node_name)
             .field("provider", &self.provider)
             .field("nonce", &"<redacted>")
-            .field("subject", &self.subject)
+            .field("confirmation", &self.confirmation)
             .field("issued_at", &self.issued_at)
             .field("expires_at", &self.expires_at)
             .finish()
@@ -148,9 +167,30 @@ impl TicketClaims {
             node_name: node_name.into(),
             provider: provider.into(),
             nonce: encode_nonce(nonce),
-            subject: None,
+            confirmation: None,
             issued_at,
             expires_at: issued_at.saturating_add(lifetime.as_secs()),
+        }
+    }
+
+    /// The same claims with a confirmation claim.
+    #[must_use]
+    pub fn with_confirmation(mut self, confirmation: Confirmation) -> Self {
+        self.confirmation = Some(confirmation);
+        self
+    }
+
+    /// The nonce's 32 bytes.
+    ///
+    /// # Errors
+    /// [`TicketRejection::Malformed`] when the nonce is not base64url of 32 bytes.
+    pub fn nonce_bytes(&self) -> Result<[u8; 32], TicketRejection> {
+        let mut out = [0u8; 32];
+        match Base64UrlUnpadded::decode(&self.nonce, &mut out) {
+            Ok(b) if b.len() == 32 => Ok(out),
+            _ => Err(TicketRejection::Malformed(
+                "nonce is not base64url of 32 bytes",
+            )),
         }
     }
 
@@ -160,14 +200,16 @@ impl TicketClaims {
     /// # Errors
     /// [`TicketRejection::Malformed`] when the text is not a JWT carrying these claims.
     pub fn decode_unverified(ticket: &str) -> Result<Self, TicketRejection> {
+        if ticket.len() > MAX_TICKET_LEN {
+            return Err(TicketRejection::Malformed("longer than 4096 bytes"));
+        }
         let body = ticket
             .split('.')
             .nth(1)
             .ok_or(TicketRejection::Malformed("not a compact JWT"))?;
         let body = Base64UrlUnpadded::decode_vec(body)
             .map_err(|_| TicketRejection::Malformed("claims are not base64url"))?;
-        serde_json::from_slice(&body)
-            .map_err(|_| TicketRejection::Malformed("claims lack aud, prv, nonce, iat or exp"))
+        serde_json::from_slice(&body).map_err(|_| TicketRejection::Malformed(CLAIMS_INVALID))
     }
 
     /// When the ticket expires.
@@ -212,8 +254,8 @@ impl TicketKey {
         Ok(out)
     }
 
-    /// Checks the signature, expiry, audience (`node_name`) and provider of a ticket and returns
-    /// its claims. Does not consume the nonce: that is [`Verified::confirm`](crate::Verified::confirm)'s
+    /// Checks the signature, lifetime, expiry, issue time, audience (`node_name`) and provider of
+    /// a ticket and returns its claims. Does not consume the nonce: that is [`Verified::confirm`](crate::Verified::confirm)'s
     /// job, so that a ticket is burned only by a CSR that passes every other check.
     ///
     /// # Errors
@@ -267,7 +309,13 @@ impl TicketKey {
         let body = Base64UrlUnpadded::decode_vec(body)
             .map_err(|_| TicketRejection::Malformed("claims are not base64url"))?;
         let claims: TicketClaims = serde_json::from_slice(&body)
-            .map_err(|_| TicketRejection::Malformed("claims lack aud, prv, nonce, iat or exp"))?;
+            .map_err(|_| TicketRejection::Malformed(CLAIMS_INVALID))?;
+        // Never issued by `issue`: a key holder's bug or a key shared with another issuer.
+        if claims.expires_at.saturating_sub(claims.issued_at) > MAX_TICKET_LIFETIME.as_secs() {
+            return Err(TicketRejection::Malformed(
+                "lifetime (exp - iat) is longer than 15 minutes",
+            ));
+        }
         let now = unix_seconds(now);
         if claims.expires_at <= now {
             return Err(TicketRejection::Expired {
@@ -369,7 +417,7 @@ mod tests {
             node_name: "worker-1".into(),
             provider: "acme".into(),
             nonce: encode_nonce(&[7; 32]),
-            subject: None,
+            confirmation: None,
             issued_at: now,
             expires_at: now + 300,
         }
@@ -441,6 +489,125 @@ mod tests {
         assert_eq!(key.verify(VECTOR, "worker-1", "acme", now).unwrap(), claims);
     }
 
+    /// Signs any claims, bypassing `issue`'s checks: what a key holder's bug could produce.
+    fn sign_raw(key: &TicketKey, claims: &TicketClaims) -> String {
+        let body = serde_json::to_vec(claims).unwrap();
+        let mut out = Base64UrlUnpadded::encode_string(HEADER.as_bytes());
+        out.push('.');
+        out.push_str(&Base64UrlUnpadded::encode_string(&body));
+        let mac = key.mac(out.as_bytes());
+        format!("{out}.{}", Base64UrlUnpadded::encode_string(&mac))
+    }
+
+    #[test]
+    fn a_confirmation_claim_round_trips_and_is_signed() {
+        let key = TicketKey::new([1; 32]);
+        let cnf = Confirmation {
+            tpm_ek: format!("sha256:{}", "ab".repeat(32)),
+            tpm_ak_name: "AAs".into(),
+        };
+        let c = claims(1_000).with_confirmation(cnf.clone());
+        let t = key.issue(&c).unwrap();
+        let body = Base64UrlUnpadded::decode_vec(t.split('.').nth(1).unwrap()).unwrap();
+        let body = String::from_utf8(body).unwrap();
+        assert!(
+            body.contains(&format!(
+                r#""cnf":{{"tpm_ek":"sha256:{}","tpm_ak_name":"AAs"}}"#,
+                "ab".repeat(32)
+            )),
+            "{body}"
+        );
+        let now = from_unix_seconds(1_001);
+        let back = key.verify(&t, "worker-1", "acme", now).unwrap();
+        assert_eq!(back.confirmation, Some(cnf));
+        assert_eq!(TicketClaims::decode_unverified(&t).unwrap(), c);
+        // The same claims without cnf, signed by the same key, are another ticket.
+        assert_ne!(key.issue(&claims(1_000)).unwrap(), t);
+        // A cnf with members this crate does not know is refused, even under a valid signature.
+        let raw = r#"{"aud":"worker-1","prv":"acme","nonce":"x","cnf":{"tpm_ek":"a","tpm_ak_name":"b","jkt":"c"},"iat":1000,"exp":1300}"#;
+        let mut forged = Base64UrlUnpadded::encode_string(HEADER.as_bytes());
+        forged.push('.');
+        forged.push_str(&Base64UrlUnpadded::encode_string(raw.as_bytes()));
+        let mac = key.mac(forged.as_bytes());
+        forged = format!("{forged}.{}", Base64UrlUnpadded::encode_string(&mac));
+        assert_eq!(
+            key.verify(&forged, "worker-1", "acme", now),
+            Err(TicketRejection::Malformed(CLAIMS_INVALID))
+        );
+    }
+
+    #[test]
+    fn expiry_is_exp_itself_and_issue_time_may_be_only_slightly_ahead() {
+        let key = TicketKey::new([1; 32]);
+        let t = key.issue(&claims(1_000)).unwrap();
+        assert!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(1_299))
+                .is_ok()
+        );
+        assert_eq!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(1_300)),
+            Err(TicketRejection::Expired {
+                expires_at: 1_300,
+                now: 1_300
+            })
+        );
+        // Within the tolerated skew, then beyond it.
+        let skew = CLOCK_SKEW.as_secs();
+        assert!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(1_000 - skew))
+                .is_ok()
+        );
+        assert_eq!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(999 - skew)),
+            Err(TicketRejection::NotYetValid {
+                issued_at: 1_000,
+                now: 999 - skew
+            })
+        );
+        // Far in the future: refused even with an expiry years away.
+        let mut far = claims(4_000_000_000);
+        far.expires_at = far.issued_at + 600;
+        let t = key.issue(&far).unwrap();
+        assert!(matches!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(1_000)),
+            Err(TicketRejection::NotYetValid { .. })
+        ));
+    }
+
+    #[test]
+    fn a_lifetime_issue_would_refuse_is_refused_on_verification_too() {
+        let key = TicketKey::new([1; 32]);
+        let mut c = claims(1_000);
+        c.expires_at = 1_000 + MAX_TICKET_LIFETIME.as_secs() + 1;
+        let t = sign_raw(&key, &c);
+        assert_eq!(
+            key.verify(&t, "worker-1", "acme", from_unix_seconds(1_001)),
+            Err(TicketRejection::Malformed(
+                "lifetime (exp - iat) is longer than 15 minutes"
+            ))
+        );
+        c.expires_at = 1_000 + MAX_TICKET_LIFETIME.as_secs();
+        assert!(
+            key.verify(
+                &sign_raw(&key, &c),
+                "worker-1",
+                "acme",
+                from_unix_seconds(1_001)
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_nonce_is_32_bytes() {
+        assert_eq!(claims(1).nonce_bytes(), Ok([7; 32]));
+        let mut c = claims(1);
+        c.nonce = encode_nonce(&[7; 32])[..40].to_owned();
+        assert!(c.nonce_bytes().is_err());
+        c.nonce = Base64UrlUnpadded::encode_string(&[7; 33]);
+        assert!(c.nonce_bytes().is_err());
+    }
+
     #[test]
     fn overlong_lifetimes_are_not_issued() {
         let key = TicketKey::new([1; 32]);
@@ -460,7 +627,7 @@ mod debug_tests {
             node_name: "n1".into(),
             provider: "acme".into(),
             nonce: "c2VjcmV0LW5vbmNl".into(),
-            subject: None,
+            confirmation: None,
             issued_at: 1,
             expires_at: 2,
         };

@@ -1,6 +1,6 @@
 //! Property tests: the envelope survives encode → CSR → parse → decode, and no input panics.
 
-use nodeauth_attest::{Envelope, TicketClaims, TicketKey, from_unix_seconds};
+use nodeauth_attest::{Confirmation, Envelope, TicketClaims, TicketKey, from_unix_seconds};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
 use proptest::prelude::*;
 
@@ -29,14 +29,18 @@ proptest! {
     }
 
     /// Random text rarely gets past the header; mutating a real ticket reaches the MAC and claim
-    /// checks. Any change to a signed ticket must be refused, and nothing may panic.
+    /// checks. Any change to a signed ticket (with or without a confirmation claim) must be
+    /// refused, and nothing may panic.
     #[test]
-    fn mutated_real_tickets_never_verify(pos in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
+    fn mutated_real_tickets_never_verify(pos in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>(), cnf in proptest::option::of(("[0-9a-f]{64}", "[A-Za-z0-9_-]{0,88}"))) {
         let key = TicketKey::new([3; 32]);
         let now = from_unix_seconds(1_000);
-        let claims = TicketClaims::new("node-1", "acme", &[7; 32], now, std::time::Duration::from_secs(60));
+        let mut claims = TicketClaims::new("node-1", "acme", &[7; 32], now, std::time::Duration::from_secs(60));
+        if let Some((ek, ak_name)) = cnf {
+            claims = claims.with_confirmation(Confirmation { tpm_ek: format!("sha256:{ek}"), tpm_ak_name: ak_name });
+        }
         let ticket = key.issue(&claims).unwrap();
-        prop_assert!(key.verify(&ticket, "node-1", "acme", now).is_ok());
+        prop_assert_eq!(key.verify(&ticket, "node-1", "acme", now), Ok(claims));
         let mut bytes = ticket.clone().into_bytes();
         let i = pos.index(bytes.len());
         if bytes[i] != byte {

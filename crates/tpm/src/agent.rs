@@ -32,7 +32,6 @@ use tss_esapi::{Context, TctiNameConf};
 use crate::alg::HashAlg;
 use crate::evidence::{ActivationRequest, PcrValue, TpmEvidence};
 use crate::public::Public;
-use crate::ticket::TicketClaims;
 use crate::verifier::{Challenge, binding};
 
 /// TCG EK Credential Profile 2.5, B.6: PolicyC for SHA-384 (PolicyAuthorizeNV), the second
@@ -313,7 +312,7 @@ impl TpmAgent {
         csr_spki_der: &[u8],
         pcrs: &[u8],
     ) -> Result<TpmEvidence, AgentError> {
-        let claims = TicketClaims::decode_unverified(ticket)
+        let nonce = crate::ticket::nonce_unverified(ticket)
             .map_err(|e| AgentError::Other(format!("ticket: {e}")))?;
         let slots = pcrs
             .iter()
@@ -349,8 +348,8 @@ impl TpmAgent {
                 value: v.as_slice().to_vec(),
             });
         }
-        let extra = Data::try_from(binding(&claims.nonce, csr_spki_der).to_vec())
-            .map_err(tss("extraData"))?;
+        let extra =
+            Data::try_from(binding(&nonce, csr_spki_der).to_vec()).map_err(tss("extraData"))?;
         let (attest, signature) = self
             .ctx
             .execute_with_session(Some(AuthSession::Password), |ctx| {
@@ -387,7 +386,7 @@ impl TpmAgent {
         use tss_esapi::structures::{EccParameter, Sensitive};
         use tss_esapi::traits::UnMarshall;
 
-        let claims = TicketClaims::decode_unverified(ticket)
+        let nonce = crate::ticket::nonce_unverified(ticket)
             .map_err(|e| AgentError::Other(format!("ticket: {e}")))?;
         let csr_spki_der = spki::EncodePublicKey::to_public_key_der(&csr_key.public_key())
             .map_err(|e| AgentError::Other(format!("CSR key: {e}")))?;
@@ -430,7 +429,7 @@ impl TpmAgent {
             .map_err(tss(
                 "LoadExternal of the CSR key (public and private parts)",
             ))?;
-        let extra = Data::try_from(binding(&claims.nonce, csr_spki_der.as_bytes()).to_vec())
+        let extra = Data::try_from(binding(&nonce, csr_spki_der.as_bytes()).to_vec())
             .map_err(tss("extraData"));
         let result = extra.and_then(|extra| {
             self.ctx.set_sessions((

@@ -8,7 +8,7 @@
 //! errors: 4xx/5xx with ErrorResponse {"code", "message"}
 //! ```
 //!
-//! Byte fields are standard base64. The exchange needs no confidentiality: the credential blob
+//! Byte fields are standard base64; the ticket is the compact JWT itself. The exchange needs no confidentiality: the credential blob
 //! can only be opened by the TPM holding the EK, the proof is single-use and bound to its
 //! challenge, and the ticket is worthless without the AK inside that TPM. Serve it over TLS
 //! anyway where the network is shared, so nobody can starve a node of challenges.
@@ -203,7 +203,7 @@ impl ActivateRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ActivateResponse {
-    /// The signed ticket.
+    /// The signed ticket: a compact JWT ([`crate::ticket`]).
     pub ticket: String,
     /// Use it before this time (seconds since the Unix epoch).
     pub expires_at: u64,
@@ -212,19 +212,24 @@ pub struct ActivateResponse {
 impl From<&Ticket> for ActivateResponse {
     fn from(t: &Ticket) -> Self {
         ActivateResponse {
-            ticket: b64(&t.bytes),
+            ticket: t.text.clone(),
             expires_at: t.claims.expires_at,
         }
     }
 }
 
 impl ActivateResponse {
-    /// The ticket bytes.
+    /// The ticket's bytes, for the evidence, once it is seen to carry a 32-byte nonce (its
+    /// signature is the approver's to check).
     ///
     /// # Errors
     /// An [`EndpointError`] for field `ticket`.
     pub fn ticket_bytes(&self) -> Result<Vec<u8>, EndpointError> {
-        unb64("ticket", &self.ticket)
+        crate::ticket::nonce_unverified(self.ticket.as_bytes()).map_err(|e| EndpointError {
+            field: "ticket",
+            reason: e.to_string(),
+        })?;
+        Ok(self.ticket.as_bytes().to_vec())
     }
 }
 

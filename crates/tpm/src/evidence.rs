@@ -40,7 +40,7 @@ pub struct PcrValue {
 /// Certify or quote evidence for one CSR, bound to a ticket's nonce and the CSR's key.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TpmEvidence {
-    /// The activation ticket.
+    /// The activation ticket: the compact JWT's bytes ([`crate::ticket`]).
     pub ticket: Vec<u8>,
     /// The AK's TPMT_PUBLIC (its Name must be the ticket's).
     pub ak_public: Vec<u8>,
@@ -99,7 +99,9 @@ impl TpmEvidence {
                 value: u32::from(version),
             });
         }
-        let ticket = r.tpm2b("evidence.ticket", 512)?.to_vec();
+        let ticket = r
+            .tpm2b("evidence.ticket", nodeauth_attest::MAX_TICKET_LEN)?
+            .to_vec();
         let ak_public = r.tpm2b("evidence.ak_public", 2048)?.to_vec();
         let attest = r.tpm2b("evidence.attest", 2048)?.to_vec();
         let signature = r.tpm2b("evidence.signature", 2048)?.to_vec();

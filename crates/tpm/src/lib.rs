@@ -24,13 +24,15 @@
 //!  proof = secret ───────────────────────────────▶ complete_activation:
 //!                                                   not expired, pending consumed (by value),
 //!                                                   secret == proof (constant time)
-//!                     ◀── Ticket = MAC(EK, AK Name, nonce, node, expiry)
+//!                     ◀── Ticket = HS256 JWT {aud: node, prv: tpm, nonce, iat, exp,
+//!                                              cnf: {tpm_ek: EK, tpm_ak_name: AK Name}}
 //!  CSR key k; extraData = SHA-256(nonce ‖ SHA-256(SPKI(k)))
 //!  TPM2_Quote(PCRs, AK, extraData)   (or TPM2_Certify(k, AK, extraData))
 //!  CSR + PEM block: TpmEvidence{ticket, AK pub, attest, sig, ...}
 //!  ── (Kubernetes CSR API) ───────────────────────▶ verify:
-//!                                                   ticket MAC, expiry, node == CSR node
-//!                                                   H(AK pub) == ticket's AK Name
+//!                                                   ticket signature, times, provider,
+//!                                                   node == CSR node
+//!                                                   H(AK pub) == ticket's cnf.tpm_ak_name
 //!                                                   magic, type, signature under AK's scheme
 //!                                                   extraData == SHA-256(nonce ‖ SHA-256(CSR SPKI))
 //!                                                   PCR digest + policy (quote)
@@ -52,6 +54,8 @@
 //! - [`EkCaBundle`], [`EkFingerprint`]: EK certificate chains and EK pins
 //!   (`sha256:<hex of the EK SubjectPublicKeyInfo DER>`).
 //! - [`make_credential`], [`kdf`]: MakeCredential, KDFa, KDFe.
+//! - [`ticket`]: the activation ticket, `nodeauth_attest`'s HS256 JWT ticket with the
+//!   confirmation claim `cnf` naming the activated EK and AK ([`TicketKey`] is attest's key).
 //! - [`TpmVerifier`]: the flow above; what it must remember goes to `nodeauth_attest`'s one
 //!   [`AttestationStore`](nodeauth_attest::AttestationStore).
 //! - `agent` (feature `esapi`): the node side on tss-esapi 7.7: EK, AK, ActivateCredential,
@@ -102,7 +106,7 @@ pub mod kdf;
 pub mod pin;
 pub mod provider;
 mod public;
-mod ticket;
+pub mod ticket;
 mod verifier;
 mod wire;
 
@@ -117,12 +121,13 @@ pub use credential::{CredentialBlob, make_credential};
 pub use ek::{EkCaBundle, EkFingerprint, FingerprintParseError, certificate_spki};
 pub use error::{AkPolicyError, ChainError, CredentialError, EkProfileError, ParseError};
 pub use evidence::{ActivationRequest, PcrValue, TpmEvidence};
+/// The approvers' ticket key: `nodeauth_attest`'s, since TPM tickets are attest tickets.
+pub use nodeauth_attest::TicketKey;
 pub use public::{ObjectAttributes, Public, PublicKey, Scheme, SymDef, public_from_spki};
-pub use ticket::{TicketClaims, TicketError, TicketKey};
+pub use ticket::{ActivatedTicket, Ticket};
 pub use verifier::{
     Challenge, CheckedEvidence, EkTrustBasis, ExpectedAttestation, PcrPolicy, PendingActivation,
-    Ticket, TpmRejection, TpmVerifier, VerifiedTpmIdentity, VerifierConfig, binding,
-    verify_signature,
+    TpmRejection, TpmVerifier, VerifiedTpmIdentity, VerifierConfig, binding, verify_signature,
 };
 
 #[cfg(test)]

@@ -9,12 +9,13 @@
 //! ([`TpmVerifier::complete_activation`]).
 //!
 //! # Choices
-//! - **Tickets.** The TPM ticket keeps its own format ([`TicketKey`](crate::TicketKey), a MAC
-//!   over EK fingerprint, AK Name, nonce, node and expiry) rather than `nodeauth_attest`'s
-//!   HS256 JWT: the claims the TPM flow needs (EK, AK Name) have no place in the attest ticket,
-//!   and the ticket is opaque to the agent anyway. Its nonce is still consumed in
-//!   `nodeauth_attest`'s one [`AttestationStore`](nodeauth_attest::AttestationStore), under the
-//!   key `b"tpm:nonce:" || nonce`, by [`Verified::confirm`].
+//! - **Tickets.** The TPM ticket is `nodeauth_attest`'s one ticket format, an HS256 JWT for
+//!   provider `tpm` under [`TicketKey`](crate::TicketKey), whose confirmation claim `cnf` names
+//!   the activated EK and AK Name ([`crate::ticket`]); a refused ticket is a
+//!   [`Rejection::Ticket`] with the same reasons and codes as any provider's. Its nonce is
+//!   consumed in `nodeauth_attest`'s one
+//!   [`AttestationStore`](nodeauth_attest::AttestationStore), under the key
+//!   `b"tpm:nonce:" || nonce bytes`, by [`Verified::confirm`].
 //! - **EK → machine.** A node pinned to an EK ([`crate::pin`]: Machine annotation, operator
 //!   allowlist; [`TpmVerifier::with_pins`]) is checked against the pin when the challenge is
 //!   issued and again here, and no TOFU binding is recorded or consulted for it: the pin wins
@@ -82,7 +83,7 @@ impl TpmAttestVerifier {
         let checked = self
             .inner
             .check_evidence(&evidence, &expected)
-            .map_err(|e| rejection(e, input))?;
+            .map_err(rejection)?;
         let verified = Verified::new(input, machine, Assurance::Verified)
             .evidence(summary(&checked.identity))
             .single_use(checked.nonce_key(), checked.nonce_expires_at)
@@ -120,27 +121,18 @@ fn summary(id: &VerifiedTpmIdentity) -> String {
     )
 }
 
-/// Maps a [`TpmRejection`] onto `nodeauth_attest`'s [`Rejection`] variants: ticket expiry and
-/// node mismatches become [`Rejection::Ticket`], evidence bound to another CSR key
+/// Maps a [`TpmRejection`] onto `nodeauth_attest`'s [`Rejection`] variants: ticket refusals
+/// and a consumed nonce become [`Rejection::Ticket`], evidence bound to another CSR key
 /// [`Rejection::KeyBindingMismatch`], malformed input [`Rejection::MalformedPayload`], store
 /// refusals [`Rejection::Tofu`], and everything else [`Rejection::Evidence`] with the TPM
 /// reason as its message.
-pub fn rejection(e: TpmRejection, input: &AttestationInput<'_>) -> Rejection {
-    let now = crate::ticket::unix(input.now);
+pub fn rejection(e: TpmRejection) -> Rejection {
     match e {
         TpmRejection::Malformed { .. } => Rejection::MalformedPayload {
             provider: PROVIDER.to_owned(),
             reason: e.to_string(),
         },
-        TpmRejection::TicketExpired { expires_at } => {
-            Rejection::Ticket(TicketRejection::Expired { expires_at, now })
-        }
-        TpmRejection::TicketForOtherNode { ticket, csr } => {
-            Rejection::Ticket(TicketRejection::WrongNode {
-                issued_to: ticket,
-                presented_by: csr,
-            })
-        }
+        TpmRejection::Ticket(t) => Rejection::Ticket(t),
         TpmRejection::NonceReused => Rejection::Ticket(TicketRejection::Replayed),
         TpmRejection::EvidenceForOtherCsrKey => Rejection::KeyBindingMismatch,
         TpmRejection::Store(e) => Rejection::Tofu(e),

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 
 use crate::alg::id;
 use crate::*;
+use nodeauth_attest::TicketRejection;
 
 fn ak_attrs() -> u32 {
     ObjectAttributes::FIXED_TPM
@@ -168,26 +169,34 @@ fn checked_evidence_records_clock_order_and_binding() {
 }
 
 #[test]
-fn ticket_mac_is_checked() {
+fn ticket_signature_is_checked() {
     let key = TicketKey::new([9; 32]);
-    let claims = TicketClaims {
-        ek: EkFingerprint([1; 32]),
-        ak_name: vec![0, 0x0b, 1, 2],
-        nonce: [3; 32],
-        node_name: "worker-1".into(),
-        issued_at: 10,
-        expires_at: 20,
-    };
-    let mut t = claims.sign(&key);
-    assert_eq!(TicketClaims::open(&t, &key), Ok(claims));
+    let now = nodeauth_attest::from_unix_seconds(10);
+    let t = ticket::issue(
+        &key,
+        "worker-1",
+        &EkFingerprint([1; 32]),
+        &[0, 0x0b, 1, 2],
+        &[3; 32],
+        now,
+        std::time::Duration::from_secs(10),
+    )
+    .unwrap();
+    let mut t = t.text.into_bytes();
+    let opened = ticket::open(&key, &t, "worker-1", now).unwrap();
     assert_eq!(
-        TicketClaims::open(&t, &TicketKey::new([8; 32])),
-        Err(TicketError::BadMac)
+        (opened.ek, opened.ak_name, opened.nonce),
+        (EkFingerprint([1; 32]), vec![0, 0x0b, 1, 2], [3; 32])
     );
-    if let Some(b) = t.get_mut(10) {
-        *b ^= 1;
+    assert_eq!(
+        ticket::open(&TicketKey::new([8; 32]), &t, "worker-1", now).unwrap_err(),
+        TicketRejection::BadSignature
+    );
+    // A changed claims character (the signature kept).
+    if let Some(b) = t.get_mut(40) {
+        *b = if *b == b'A' { b'B' } else { b'A' };
     }
-    assert_eq!(TicketClaims::open(&t, &key), Err(TicketError::BadMac));
+    assert!(ticket::open(&key, &t, "worker-1", now).is_err());
 }
 
 fn arb_attest() -> impl Strategy<Value = Attest> {
@@ -249,7 +258,8 @@ proptest! {
         let _ = Attest::parse(&bytes);
         let _ = Signature::parse(&bytes);
         let _ = TpmEvidence::from_bytes(&bytes);
-        let _ = TicketClaims::decode_unverified(&bytes);
+        let _ = ticket::nonce_unverified(&bytes);
+        let _ = ticket::open(&TicketKey::new([1; 32]), &bytes, "worker-1", std::time::SystemTime::UNIX_EPOCH);
         let _ = certificate_spki(&bytes);
         let _ = EkCaBundle::new().verify(&bytes, &[], std::time::SystemTime::UNIX_EPOCH);
     }
@@ -323,7 +333,7 @@ mod provider_adapter {
     use std::sync::Arc;
     use std::time::SystemTime;
 
-    use nodeauth_attest::{Envelope, Purpose, Registry, Rejection};
+    use nodeauth_attest::{Envelope, Purpose, Registry, Rejection, TicketRejection};
     use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
 
     use crate::provider::TpmAttestVerifier;
@@ -376,20 +386,30 @@ mod provider_adapter {
         ));
     }
 
+    fn ticket(key: &TicketKey, ek: EkFingerprint, node: &str) -> Vec<u8> {
+        crate::ticket::issue(
+            key,
+            node,
+            &ek,
+            &[0, 0x0b],
+            &[1; 32],
+            SystemTime::now(),
+            std::time::Duration::from_secs(600),
+        )
+        .unwrap()
+        .text
+        .into_bytes()
+    }
+
+    /// A ticket under another key is refused as any provider's forged ticket is: the ticket
+    /// reason, with its own code.
     #[test]
-    fn forged_ticket_is_refused_as_evidence_with_the_tpm_reason() {
-        let claims = TicketClaims {
-            ek: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
-                .parse()
-                .unwrap(),
-            ak_name: vec![0, 0x0b],
-            nonce: [1; 32],
-            node_name: "worker-1".into(),
-            issued_at: 0,
-            expires_at: u64::MAX / 4,
-        };
+    fn forged_ticket_is_refused_with_the_ticket_reason() {
+        let ek = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            .parse()
+            .unwrap();
         let evidence = TpmEvidence {
-            ticket: claims.sign(&TicketKey::new([1; 32])),
+            ticket: ticket(&TicketKey::new([1; 32]), ek, "worker-1"),
             ..TpmEvidence::default()
         };
         let err = registry()
@@ -399,11 +419,42 @@ mod provider_adapter {
                 SystemTime::now(),
             )
             .unwrap_err();
-        assert_eq!(err.code(), "attestation.evidence.refused");
+        assert_eq!(err.code(), "attestation.ticket.bad_signature");
+        assert_eq!(err, Rejection::Ticket(TicketRejection::BadSignature));
         assert!(
-            err.to_string().contains("ticket MAC does not verify"),
+            err.to_string().contains("signature does not verify"),
             "{err}"
         );
+    }
+
+    /// Another node's ticket, and a ticket of another provider under the approver's own key.
+    #[test]
+    fn misdirected_tickets_are_refused_with_the_ticket_reason() {
+        let key = TicketKey::new([9; 32]);
+        let evidence = |ticket: Vec<u8>| TpmEvidence {
+            ticket,
+            ..TpmEvidence::default()
+        };
+        let verify = |e: TpmEvidence| {
+            registry()
+                .verify(
+                    &csr_with(1, e.to_bytes()),
+                    Purpose::ClientBootstrap,
+                    SystemTime::now(),
+                )
+                .unwrap_err()
+        };
+        let err = verify(evidence(ticket(&key, EkFingerprint([1; 32]), "worker-2")));
+        assert_eq!(err.code(), "attestation.ticket.wrong_node");
+        let acme = nodeauth_attest::TicketClaims::new(
+            "worker-1",
+            "acme",
+            &[1; 32],
+            SystemTime::now(),
+            std::time::Duration::from_secs(60),
+        );
+        let err = verify(evidence(key.issue(&acme).unwrap().into_bytes()));
+        assert_eq!(err.code(), "attestation.ticket.wrong_provider");
     }
 
     /// A ticket issued before a pin appeared is refused once the pin is there: the pin is
@@ -420,15 +471,7 @@ mod provider_adapter {
         )))
         .unwrap();
         let evidence = |ek: EkFingerprint, node: &str| TpmEvidence {
-            ticket: TicketClaims {
-                ek,
-                ak_name: vec![0, 0x0b],
-                nonce: [1; 32],
-                node_name: node.into(),
-                issued_at: 0,
-                expires_at: u64::MAX / 4,
-            }
-            .sign(&key),
+            ticket: ticket(&key, ek, node),
             ..TpmEvidence::default()
         };
         // Another EK's ticket for the pinned node.

@@ -4,7 +4,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use nodeauth_attest::{AttestationStore, Counter, TofuBinding, TofuError};
+use nodeauth_attest::{
+    AttestationStore, Counter, TicketKey, TicketRejection, TofuBinding, TofuError,
+    from_unix_seconds as from_unix, unix_seconds as unix,
+};
+use nodeauth_csr::NodeNameError;
 use std::time::{Duration, SystemTime};
 
 use rand_core::CryptoRng;
@@ -23,7 +27,7 @@ use crate::error::{AkPolicyError, ChainError, CredentialError, ParseError};
 use crate::evidence::{ActivationRequest, PcrValue, TpmEvidence};
 use crate::pin::EkPins;
 use crate::public::{Public, PublicKey, rsa_key, sec1_point};
-use crate::ticket::{TicketClaims, TicketError, TicketKey, from_unix, unix};
+use crate::ticket::Ticket;
 
 /// Why the verifier refused. Every variant is a distinct, operator-readable reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,22 +79,17 @@ pub enum TpmRejection {
         "activation proof does not match the challenge secret (AK and EK are not on the same TPM)"
     )]
     ActivationProofMismatch,
-    /// The ticket is malformed or its MAC does not verify.
-    #[error("ticket rejected: {0}")]
-    Ticket(#[from] TicketError),
-    /// The ticket expired.
-    #[error("ticket expired at {expires_at} (unix seconds)")]
-    TicketExpired {
-        /// Its expiry.
-        expires_at: u64,
-    },
-    /// The ticket was issued to another node.
-    #[error("ticket was issued to node {ticket:?}, not {csr:?}")]
-    TicketForOtherNode {
-        /// The ticket's node.
-        ticket: String,
-        /// The CSR's node.
-        csr: String,
+    /// The activation ticket was refused ([`crate::ticket::open`]): malformed, forged, expired,
+    /// issued in the future, for another node or provider, or without a valid `cnf`.
+    #[error("{0}")]
+    Ticket(#[from] TicketRejection),
+    /// The activation request names no valid node (a ticket for it could never be used).
+    #[error("nodeName {name:?} is not a valid node name: it {source}")]
+    NodeName {
+        /// The name, cut to 64 characters.
+        name: String,
+        /// What is wrong with it.
+        source: NodeNameError,
     },
     /// The evidence's AK is not the AK the ticket activated.
     #[error("evidence AK is not the AK activated by the ticket")]
@@ -269,7 +268,9 @@ pub struct VerifierConfig {
     pub ticket_key: TicketKey,
     /// How long a challenge may be answered.
     pub challenge_ttl: Duration,
-    /// How long a ticket may be used.
+    /// How long a ticket may be used: at most
+    /// [`MAX_TICKET_LIFETIME`](nodeauth_attest::MAX_TICKET_LIFETIME) (15 minutes), longer is cut
+    /// to that.
     pub ticket_ttl: Duration,
     /// Optional PCR policy (requires quote evidence).
     pub pcr_policy: Option<PcrPolicy>,
@@ -330,15 +331,6 @@ pub struct PendingActivation {
     pub node_name: String,
     /// Expiry, seconds since the Unix epoch.
     pub expires_at: u64,
-}
-
-/// An activation ticket and its claims.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ticket {
-    /// The signed ticket, for the agent.
-    pub bytes: Vec<u8>,
-    /// What it asserts.
-    pub claims: TicketClaims,
 }
 
 /// What the CSR must be, as the approver knows it.
@@ -569,8 +561,9 @@ impl TpmVerifier {
         }
     }
 
-    /// Step 1 of the flow: checks the EK (against `expected_ek`, else the node's pin if pins are
-    /// configured) and the AK, and makes a credential for the AK's Name under the EK.
+    /// Step 1 of the flow: checks the node name, the EK (against `expected_ek`, else the node's
+    /// pin if pins are configured) and the AK, and makes a credential for the AK's Name under
+    /// the EK.
     pub fn issue_challenge<R: CryptoRng + ?Sized>(
         &self,
         request: &ActivationRequest,
@@ -578,6 +571,12 @@ impl TpmVerifier {
         now: SystemTime,
         rng: &mut R,
     ) -> Result<(Challenge, PendingActivation), TpmRejection> {
+        nodeauth_csr::validate_node_name(&request.node_name).map_err(|source| {
+            TpmRejection::NodeName {
+                name: request.node_name.chars().take(64).collect(),
+                source,
+            }
+        })?;
         let ek = Public::parse(&request.ek_public).map_err(malformed("EK TPMT_PUBLIC"))?;
         let ak = Public::parse(&request.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
         ak.check_ak_policy()?;
@@ -639,19 +638,15 @@ impl TpmVerifier {
         }
         let mut nonce = [0u8; 32];
         rng.fill_bytes(&mut nonce);
-        let issued_at = unix(now);
-        let claims = TicketClaims {
-            ek: pending.ek,
-            ak_name: pending.ak_name.clone(),
-            nonce,
-            node_name: pending.node_name.clone(),
-            issued_at,
-            expires_at: issued_at.saturating_add(self.config.ticket_ttl.as_secs()),
-        };
-        Ok(Ticket {
-            bytes: claims.sign(&self.config.ticket_key),
-            claims,
-        })
+        Ok(crate::ticket::issue(
+            &self.config.ticket_key,
+            &pending.node_name,
+            &pending.ek,
+            &pending.ak_name,
+            &nonce,
+            now,
+            self.config.ticket_ttl,
+        )?)
     }
 
     /// Step 3: verifies the evidence in a CSR, then records it in `store` for `consumer` (the
@@ -694,23 +689,16 @@ impl TpmVerifier {
         evidence: &TpmEvidence,
         expected: &ExpectedAttestation<'_>,
     ) -> Result<CheckedEvidence, TpmRejection> {
-        let now = expected.now;
-        let claims = TicketClaims::open(&evidence.ticket, &self.config.ticket_key)?;
-        if unix(now) > claims.expires_at {
-            return Err(TpmRejection::TicketExpired {
-                expires_at: claims.expires_at,
-            });
-        }
-        if claims.node_name != expected.node_name {
-            return Err(TpmRejection::TicketForOtherNode {
-                ticket: claims.node_name,
-                csr: expected.node_name.to_owned(),
-            });
-        }
+        let ticket = crate::ticket::open(
+            &self.config.ticket_key,
+            &evidence.ticket,
+            expected.node_name,
+            expected.now,
+        )?;
         // Again at verification: a pin may have appeared since the challenge was issued.
-        let pinned = self.check_pins(expected.node_name, &claims.ek)?;
+        let pinned = self.check_pins(expected.node_name, &ticket.ek)?;
         let ak = Public::parse(&evidence.ak_public).map_err(malformed("AK TPMT_PUBLIC"))?;
-        if ak.name().as_deref() != Some(claims.ak_name.as_slice()) {
+        if ak.name().as_deref() != Some(ticket.ak_name.as_slice()) {
             return Err(TpmRejection::AkNotActivated);
         }
         ak.check_ak_policy()?;
@@ -729,10 +717,10 @@ impl TpmVerifier {
         }
         verify_signature(&ak, &evidence.attest, &signature)?;
 
-        let want = binding(&claims.nonce, expected.csr_spki_der);
+        let want = binding(&ticket.nonce, expected.csr_spki_der);
         if !bool::from(attest.extra_data.as_slice().ct_eq(&want)) {
             let for_claimed_key =
-                binding_from_key_digest(&claims.nonce, &evidence.bound_key_sha256);
+                binding_from_key_digest(&ticket.nonce, &evidence.bound_key_sha256);
             return Err(if attest.extra_data == for_claimed_key {
                 TpmRejection::EvidenceForOtherCsrKey
             } else {
@@ -802,13 +790,13 @@ impl TpmVerifier {
 
         Ok(CheckedEvidence {
             pinned,
-            nonce: claims.nonce,
-            nonce_expires_at: from_unix(claims.expires_at),
+            nonce: ticket.nonce,
+            nonce_expires_at: from_unix(ticket.claims.expires_at),
             identity: VerifiedTpmIdentity {
-                node_name: claims.node_name,
+                node_name: ticket.claims.node_name,
                 machine: expected.machine.to_owned(),
-                ek: claims.ek,
-                ak_name: claims.ak_name,
+                ek: ticket.ek,
+                ak_name: ticket.ak_name,
                 attest_type: attest.attest_type,
                 clock: attest.clock_info,
                 firmware_version: attest.firmware_version,
