@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nodeauth_attest::{InMemoryAttestationStore, TofuError};
+use nodeauth_attest::{InMemoryAttestationStore, TicketRejection, TofuError};
 use nodeauth_testenv::Swtpm;
 use nodeauth_tpm::agent::{Ak, AkKind, Ek, EkKind, TpmAgent};
 use nodeauth_tpm::*;
@@ -140,7 +140,7 @@ fn rsa_ek_quote_happy_path_and_rejections() {
     let ticket = activate(&v, &mut n, "worker-1", now);
     let evidence = n
         .agent
-        .quote(&n.ak, &ticket.bytes, &spki, &[0])
+        .quote(&n.ak, ticket.text.as_bytes(), &spki, &[0])
         .expect("quote");
     let wire = evidence.to_bytes();
     let evidence = TpmEvidence::from_bytes(&wire).expect("round trip");
@@ -167,7 +167,10 @@ fn rsa_ek_quote_happy_path_and_rejections() {
 
     // Evidence for another CSR key.
     let t2 = activate(&v, &mut n, "worker-1", now);
-    let ev2 = n.agent.quote(&n.ak, &t2.bytes, &spki, &[0]).unwrap();
+    let ev2 = n
+        .agent
+        .quote(&n.ak, t2.text.as_bytes(), &spki, &[0])
+        .unwrap();
     let other = csr_spki(2);
     assert_eq!(
         v.verify(&ev2, &expected("worker-1", "machine-1", &other, now)),
@@ -177,23 +180,32 @@ fn rsa_ek_quote_happy_path_and_rejections() {
     // Wrong nonce: evidence bound to one ticket's nonce presented with another ticket.
     let t3 = activate(&v, &mut n, "worker-1", now);
     let t4 = activate(&v, &mut n, "worker-1", now);
-    let mut ev3 = n.agent.quote(&n.ak, &t3.bytes, &spki, &[0]).unwrap();
-    ev3.ticket = t4.bytes.clone();
+    let mut ev3 = n
+        .agent
+        .quote(&n.ak, t3.text.as_bytes(), &spki, &[0])
+        .unwrap();
+    ev3.ticket = t4.text.clone().into_bytes();
     assert_eq!(
         v.verify(&ev3, &expected("worker-1", "machine-1", &spki, now)),
         Err(TpmRejection::WrongNonce)
     );
 
     // A ticket for another node.
-    let ev4 = n.agent.quote(&n.ak, &t4.bytes, &spki, &[0]).unwrap();
+    let ev4 = n
+        .agent
+        .quote(&n.ak, t4.text.as_bytes(), &spki, &[0])
+        .unwrap();
     assert!(matches!(
         v.verify(&ev4, &expected("worker-2", "machine-1", &spki, now)),
-        Err(TpmRejection::TicketForOtherNode { .. })
+        Err(TpmRejection::Ticket(TicketRejection::WrongNode { .. }))
     ));
 
     // A second machine presenting this TPM's EK binding (TOFU: EK → machine-1 recorded above).
     let t5 = activate(&v, &mut n, "worker-2", now);
-    let ev5 = n.agent.quote(&n.ak, &t5.bytes, &spki, &[0]).unwrap();
+    let ev5 = n
+        .agent
+        .quote(&n.ak, t5.text.as_bytes(), &spki, &[0])
+        .unwrap();
     assert!(matches!(
         v.verify(&ev5, &expected("worker-2", "machine-2", &spki, now)),
         Err(TpmRejection::Store(
@@ -203,7 +215,10 @@ fn rsa_ek_quote_happy_path_and_rejections() {
 
     // Expired ticket.
     let t6 = activate(&v, &mut n, "worker-1", now);
-    let ev6 = n.agent.quote(&n.ak, &t6.bytes, &spki, &[0]).unwrap();
+    let ev6 = n
+        .agent
+        .quote(&n.ak, t6.text.as_bytes(), &spki, &[0])
+        .unwrap();
     assert!(matches!(
         v.verify(
             &ev6,
@@ -214,7 +229,7 @@ fn rsa_ek_quote_happy_path_and_rejections() {
                 now + Duration::from_secs(3600)
             )
         ),
-        Err(TpmRejection::TicketExpired { .. })
+        Err(TpmRejection::Ticket(TicketRejection::Expired { .. }))
     ));
 }
 
@@ -229,7 +244,7 @@ fn ecc_ek_quote_happy_path_and_pcr_policy() {
     let ticket = activate(&v, &mut n, "worker-1", now);
     let evidence = n
         .agent
-        .quote(&n.ak, &ticket.bytes, &spki, &[0, 7])
+        .quote(&n.ak, ticket.text.as_bytes(), &spki, &[0, 7])
         .expect("quote");
     let id = v
         .verify(&evidence, &expected("worker-1", "machine-1", &spki, now))
@@ -243,7 +258,10 @@ fn ecc_ek_quote_happy_path_and_pcr_policy() {
     ok.pcr_policy = Some(PcrPolicy::new().allow(alg::HashAlg::Sha256, 0, pcr0));
     let v_ok = verifier_with(ok);
     let t = activate(&v_ok, &mut n, "worker-1", now);
-    let ev = n.agent.quote(&n.ak, &t.bytes, &spki, &[0, 7]).unwrap();
+    let ev = n
+        .agent
+        .quote(&n.ak, t.text.as_bytes(), &spki, &[0, 7])
+        .unwrap();
     v_ok.verify(&ev, &expected("worker-1", "machine-1", &spki, now))
         .expect("PCR policy met");
 
@@ -251,7 +269,10 @@ fn ecc_ek_quote_happy_path_and_pcr_policy() {
     bad.pcr_policy = Some(PcrPolicy::new().allow(alg::HashAlg::Sha256, 0, vec![0x11; 32]));
     let v_bad = verifier_with(bad);
     let t = activate(&v_bad, &mut n, "worker-1", now);
-    let ev = n.agent.quote(&n.ak, &t.bytes, &spki, &[0, 7]).unwrap();
+    let ev = n
+        .agent
+        .quote(&n.ak, t.text.as_bytes(), &spki, &[0, 7])
+        .unwrap();
     assert!(matches!(
         v_bad.verify(&ev, &expected("worker-1", "machine-1", &spki, now)),
         Err(TpmRejection::PcrOutsidePolicy { index: 0, .. })
@@ -349,7 +370,7 @@ fn certify_external_csr_key_happy_path_and_rejections() {
     let t = activate(&v, &mut n, "worker-1", now);
     let ev = n
         .agent
-        .certify_p256(&n.ak, &t.bytes, &key)
+        .certify_p256(&n.ak, t.text.as_bytes(), &key)
         .expect("LoadExternal + Certify");
     assert!(ev.certified_public.is_some());
     let ev = TpmEvidence::from_bytes(&ev.to_bytes()).expect("round trip");
@@ -361,7 +382,10 @@ fn certify_external_csr_key_happy_path_and_rejections() {
 
     // Certify evidence for another key, presented with this CSR's key.
     let t = activate(&v, &mut n, "worker-1", now);
-    let other = n.agent.certify_p256(&n.ak, &t.bytes, &p256_key(6)).unwrap();
+    let other = n
+        .agent
+        .certify_p256(&n.ak, t.text.as_bytes(), &p256_key(6))
+        .unwrap();
     assert_eq!(
         v.verify(&other, &expected("worker-1", "machine-1", &spki, now)),
         Err(TpmRejection::EvidenceForOtherCsrKey)
@@ -369,10 +393,13 @@ fn certify_external_csr_key_happy_path_and_rejections() {
 
     // The certified public area swapped for another key's: its Name is not the certified Name.
     let t = activate(&v, &mut n, "worker-1", now);
-    let mut swapped = n.agent.certify_p256(&n.ak, &t.bytes, &key).unwrap();
+    let mut swapped = n
+        .agent
+        .certify_p256(&n.ak, t.text.as_bytes(), &key)
+        .unwrap();
     let other_public = n
         .agent
-        .certify_p256(&n.ak, &t.bytes, &p256_key(6))
+        .certify_p256(&n.ak, t.text.as_bytes(), &p256_key(6))
         .unwrap()
         .certified_public;
     swapped.certified_public = other_public;
@@ -384,7 +411,10 @@ fn certify_external_csr_key_happy_path_and_rejections() {
     );
 
     // Certify evidence without the certified public area.
-    let mut bare = n.agent.certify_p256(&n.ak, &t.bytes, &key).unwrap();
+    let mut bare = n
+        .agent
+        .certify_p256(&n.ak, t.text.as_bytes(), &key)
+        .unwrap();
     bare.certified_public = None;
     assert_eq!(
         v.verify(&bare, &expected("worker-1", "machine-1", &spki, now)),
@@ -446,7 +476,7 @@ mod attest_provider {
                 &key,
                 "worker-1",
                 &attestor,
-                Some(&ticket.bytes),
+                Some(ticket.text.as_bytes()),
                 None,
             )
             .expect("attested CSR");
@@ -498,7 +528,7 @@ mod attest_provider {
             &key_a,
             "worker-1",
             &attestor,
-            Some(&ticket.bytes),
+            Some(ticket.text.as_bytes()),
             None,
         )
         .unwrap();
@@ -533,7 +563,7 @@ mod attest_provider {
             &key_c,
             "worker-2",
             &attestor,
-            Some(&ticket.bytes),
+            Some(ticket.text.as_bytes()),
             None,
         )
         .unwrap();
@@ -565,7 +595,7 @@ mod attest_provider {
             &key_d,
             "worker-1",
             &attestor,
-            Some(&ticket.bytes),
+            Some(ticket.text.as_bytes()),
             None,
         )
         .unwrap();
