@@ -9,14 +9,13 @@
 //!
 //! Anyone who reaches the port may ask for challenges, so each request is refused as cheaply as
 //! possible before any expensive work (EK certificate chain, MakeCredential), in this order:
-//! not leading; a body over [`MAX_BODY`]; not JSON/base64; more than `per_source` pending
-//! challenges from the source address; more than `per_name` for the node name; the EK's pin
-//! ([`nodeauth_tpm::pin`]: a pinned name for another EK, a pinned EK for another name);
-//! more than `per_ek` for the EK; more than [`MAX_PENDING`] in all. Every refusal is counted in
+//! not leading; a body over [`MAX_BODY`]; not JSON/base64; a name no policy could approve; the
+//! limits of [`PendingChallenges`] (per source address, per node name, in all); the EK's pin
+//! ([`nodeauth_tpm::pin`]: a pinned name for another EK, a pinned EK for another name); the
+//! limits again with the EK (per EK). Every refusal is counted in
 //! `nodeauth_approver_tpm_challenges_refused_total{reason}`.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -28,32 +27,21 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::serve::ListenerExt as _;
 use nodeauth_runtime::{CancellationToken, LeaderStatus};
+use nodeauth_tpm::TpmRejection;
+use nodeauth_tpm::challenges::{LimitExceeded, PendingChallenges};
+pub use nodeauth_tpm::challenges::{Limits, MAX_PENDING};
 use nodeauth_tpm::endpoint::{
     ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
     ChallengeResponse, ErrorResponse, decode_id,
 };
 use nodeauth_tpm::provider::TpmAttestVerifier;
-use nodeauth_tpm::{EkFingerprint, PendingActivation, TpmRejection};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use rand_core::UnwrapErr;
 
-/// Pending activations kept at most, whatever the limits per source, name and EK.
-pub const MAX_PENDING: usize = 10_000;
 /// The largest request body read (an EK certificate chain is a few KiB).
 pub const MAX_BODY: usize = 64 * 1024;
-
-/// How many unanswered challenges may be pending at once.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Per EK (one TPM, or one captured request replayed).
-    pub per_ek: usize,
-    /// Per node name.
-    pub per_name: usize,
-    /// Per source IP address.
-    pub per_source: usize,
-}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
@@ -100,11 +88,6 @@ impl EndpointMetrics {
     }
 }
 
-struct Entry {
-    pending: PendingActivation,
-    source: IpAddr,
-}
-
 /// Whether a challenge for this node name could ever lead to an approval: `Err((reason,
 /// message))` refuses it before any work (reason: a metric label).
 pub type NameGate = Arc<dyn Fn(&str) -> Result<(), (&'static str, String)> + Send + Sync>;
@@ -143,14 +126,13 @@ fn check_gate(
 struct Endpoint {
     verifier: Arc<TpmAttestVerifier>,
     gate: NameGate,
-    pending: Mutex<HashMap<[u8; 16], Entry>>,
-    limits: Limits,
+    pending: Mutex<PendingChallenges>,
     leader: LeaderStatus,
     metrics: EndpointMetrics,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update is a single insert or remove: a poisoned map is still consistent.
+    // Every update is a single sweep, insert or remove: poisoned, the map is still consistent.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -181,69 +163,12 @@ fn rejected(e: &TpmRejection) -> Response {
     error(StatusCode::FORBIDDEN, "tpm.rejected", e.to_string())
 }
 
-/// Which limit a new challenge for (`source`, `name`, `ek`) would exceed, if any. `ek` is
-/// `None` before the EK is known (the checks that need no parsing).
-fn over_limit(
-    map: &HashMap<[u8; 16], Entry>,
-    limits: &Limits,
-    source: IpAddr,
-    name: &str,
-    ek: Option<&EkFingerprint>,
-) -> Option<&'static str> {
-    let pending = map
-        .values()
-        .map(|e| (e.source, e.pending.node_name.as_str(), &e.pending.ek));
-    over_limit_of(pending, map.len(), limits, source, name, ek)
-}
-
-/// [`over_limit`] over (source, node name, EK) of each pending challenge.
-fn over_limit_of<'a>(
-    pending: impl Iterator<Item = (IpAddr, &'a str, &'a EkFingerprint)>,
-    total: usize,
-    limits: &Limits,
-    source: IpAddr,
-    name: &str,
-    ek: Option<&EkFingerprint>,
-) -> Option<&'static str> {
-    let (mut by_source, mut by_name, mut by_ek) = (0, 0, 0);
-    for (s, n, e) in pending {
-        by_source += usize::from(s == source);
-        by_name += usize::from(n == name);
-        by_ek += usize::from(Some(e) == ek);
-    }
-    if by_source >= limits.per_source {
-        Some("source_limit")
-    } else if by_name >= limits.per_name {
-        Some("name_limit")
-    } else if ek.is_some() && by_ek >= limits.per_ek {
-        Some("ek_limit")
-    } else if total >= MAX_PENDING {
-        Some("busy")
-    } else {
-        None
-    }
-}
-
-fn limit_response(reason: &'static str) -> Response {
-    let (status, message) = match reason {
-        "busy" => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too many pending activations; retry later",
-        ),
-        "source_limit" => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many unanswered challenges from this address; answer them or wait for them to expire",
-        ),
-        "name_limit" => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many unanswered challenges for this node name; answer them or wait for them to expire",
-        ),
-        _ => (
-            StatusCode::TOO_MANY_REQUESTS,
-            "too many unanswered challenges for this EK; answer them or wait for them to expire",
-        ),
+fn limit_response(e: LimitExceeded) -> Response {
+    let status = match e {
+        LimitExceeded::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::TOO_MANY_REQUESTS,
     };
-    error(status, &format!("endpoint.{reason}"), message)
+    error(status, &format!("endpoint.{}", e.reason()), e.to_string())
 }
 
 fn pin_reason(e: &TpmRejection) -> &'static str {
@@ -253,11 +178,6 @@ fn pin_reason(e: &TpmRejection) -> &'static str {
         TpmRejection::EkPinInvalid { .. } | TpmRejection::EkPinUnavailable(_) => "ek_pin_invalid",
         _ => "rejected",
     }
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 async fn challenge(
@@ -297,15 +217,13 @@ async fn challenge(
         return error(status, &format!("name.{reason}"), message);
     }
     let now = SystemTime::now();
-    let now_unix = unix(now);
+    let over_limit = |e: LimitExceeded| {
+        ep.metrics.refused(e.reason());
+        limit_response(e)
+    };
     // Limits that need no parsing.
-    {
-        let mut map = lock(&ep.pending);
-        map.retain(|_, e| e.pending.expires_at >= now_unix);
-        if let Some(reason) = over_limit(&map, &ep.limits, source, name, None) {
-            ep.metrics.refused(reason);
-            return limit_response(reason);
-        }
+    if let Err(e) = lock(&ep.pending).admit(source, name, None, now) {
+        return over_limit(e);
     }
     // The EK's fingerprint and its pins: parsing only, no cryptography.
     let (ek, _pinned) = match ep.verifier.inner().precheck_challenge(&activation) {
@@ -315,9 +233,8 @@ async fn challenge(
             return rejected(&e);
         }
     };
-    if let Some(reason) = over_limit(&lock(&ep.pending), &ep.limits, source, name, Some(&ek)) {
-        ep.metrics.refused(reason);
-        return limit_response(reason);
+    if let Err(e) = lock(&ep.pending).admit(source, name, Some(&ek), now) {
+        return over_limit(e);
     }
     // The expensive part: the EK certificate chain and MakeCredential.
     let issued = ep.verifier.inner().issue_challenge(
@@ -329,13 +246,10 @@ async fn challenge(
     match issued {
         Ok((challenge, pending)) => {
             // Again under the lock that inserts: concurrent requests may have filled a limit.
-            let mut map = lock(&ep.pending);
-            if let Some(reason) = over_limit(&map, &ep.limits, source, name, Some(&pending.ek)) {
-                ep.metrics.refused(reason);
-                return limit_response(reason);
+            let inserted = lock(&ep.pending).insert(source, pending, now);
+            if let Err(e) = inserted {
+                return over_limit(e);
             }
-            map.insert(challenge.id, Entry { pending, source });
-            drop(map);
             ep.metrics.issued.inc();
             tracing::info!(node = %activation.node_name, %source, ek = %ek, "issued a TPM credential challenge");
             json(&ChallengeResponse::from(&challenge))
@@ -358,7 +272,7 @@ async fn activate(State(ep): State<Arc<Endpoint>>, body: Bytes) -> Response {
             return error(StatusCode::BAD_REQUEST, "request.invalid", e.to_string());
         }
     };
-    let pending = lock(&ep.pending).remove(&id).map(|e| e.pending);
+    let pending = lock(&ep.pending).take(&id);
     let Some(pending) = pending else {
         return error(
             StatusCode::NOT_FOUND,
@@ -405,8 +319,7 @@ pub async fn serve(
     let state = Arc::new(Endpoint {
         verifier,
         gate,
-        pending: Mutex::new(HashMap::new()),
-        limits,
+        pending: Mutex::new(PendingChallenges::new(limits)),
         leader,
         metrics,
     });
@@ -461,33 +374,5 @@ mod tests {
         pub const TPM: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: attestation\n  required: true\n  providers: [tpm]\n";
         pub const ANY_PROVIDER: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: attestation\n  required: true\n";
         pub const NO_ATTESTATION: &str = "name: t\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\nrequesters: {groups: [system:bootstrappers]}\nrules:\n- rule: csrProfile\n";
-    }
-
-    #[test]
-    fn limits_per_source_name_and_ek() {
-        let limits = Limits {
-            per_ek: 2,
-            per_name: 1,
-            per_source: 3,
-        };
-        let ek = |b: u8| EkFingerprint([b; 32]);
-        let (ek1, ek2) = (ek(1), ek(2));
-        let ip = IpAddr::from([10, 0, 0, 1]);
-        let other = IpAddr::from([10, 0, 0, 2]);
-        let mut map: Vec<(IpAddr, &str, &EkFingerprint)> = vec![(ip, "a", &ek1)];
-        let check = |map: &Vec<(IpAddr, &str, &EkFingerprint)>, src, name, e| {
-            over_limit_of(map.iter().copied(), map.len(), &limits, src, name, e)
-        };
-        // The same name again, from anywhere: refused before the EK is known.
-        assert_eq!(check(&map, other, "a", None), Some("name_limit"));
-        assert_eq!(check(&map, ip, "b", Some(&ek1)), None);
-        map.push((ip, "b", &ek1));
-        // A third challenge for EK 1, from anywhere, for any name.
-        assert_eq!(check(&map, other, "c", Some(&ek1)), Some("ek_limit"));
-        assert_eq!(check(&map, other, "c", Some(&ek2)), None);
-        map.push((ip, "c", &ek2));
-        // A fourth from the same source, whatever the name and EK.
-        assert_eq!(check(&map, ip, "d", None), Some("source_limit"));
-        assert_eq!(check(&map, other, "d", Some(&ek(3))), None);
     }
 }

@@ -336,6 +336,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 per_ek: cli.tpm_max_pending_per_ek as usize,
                 per_name: cli.tpm_max_pending_per_name as usize,
                 per_source: cli.tpm_max_pending_per_source as usize,
+                total: endpoint::MAX_PENDING,
             },
             endpoint::EndpointMetrics::register(rt.metrics()),
         )),

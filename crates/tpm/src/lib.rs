@@ -56,6 +56,8 @@
 //! - [`make_credential`], [`kdf`]: MakeCredential, KDFa, KDFe.
 //! - [`ticket`]: the activation ticket, `nodeauth_attest`'s HS256 JWT ticket with the
 //!   confirmation claim `cnf` naming the activated EK and AK ([`TicketKey`] is attest's key).
+//! - [`challenges`]: the endpoint's pending challenges ([`challenges::PendingChallenges`]) and
+//!   the limits per EK, node name, source address and in all.
 //! - [`TpmVerifier`]: the flow above; what it must remember goes to `nodeauth_attest`'s one
 //!   [`AttestationStore`](nodeauth_attest::AttestationStore).
 //! - `agent` (feature `esapi`): the node side on tss-esapi 7.7: EK, AK, ActivateCredential,
@@ -97,6 +99,7 @@
 
 pub mod alg;
 mod attest;
+pub mod challenges;
 mod credential;
 mod ek;
 pub mod endpoint;

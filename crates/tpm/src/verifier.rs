@@ -333,6 +333,30 @@ pub struct PendingActivation {
     pub expires_at: u64,
 }
 
+#[cfg(test)]
+impl PendingActivation {
+    /// A pending activation with a known secret, for tests of what keeps them.
+    pub(crate) fn new(
+        id: [u8; 16],
+        secret: [u8; 32],
+        ek: EkFingerprint,
+        ek_trust: EkTrustBasis,
+        ak_name: Vec<u8>,
+        node_name: String,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            id,
+            secret: Zeroizing::new(secret),
+            ek,
+            ek_trust,
+            ak_name,
+            node_name,
+            expires_at,
+        }
+    }
+}
+
 /// What the CSR must be, as the approver knows it.
 #[derive(Debug, Clone, Copy)]
 pub struct ExpectedAttestation<'a> {
