@@ -279,6 +279,34 @@ mod tests {
     }
 
     #[test]
+    fn the_ticket_travels_as_its_jwt_text() {
+        let t = crate::ticket::issue(
+            &crate::TicketKey::new([1; 32]),
+            "worker-1",
+            &crate::EkFingerprint([2; 32]),
+            &[0, 0x0b],
+            &[3; 32],
+            std::time::SystemTime::now(),
+            std::time::Duration::from_secs(60),
+        )
+        .unwrap();
+        let json = serde_json::to_string(&ActivateResponse::from(&t)).unwrap();
+        assert!(
+            json.contains(&format!(r#""ticket":"{}""#, t.text)),
+            "{json}"
+        );
+        let back: ActivateResponse = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.expires_at, t.claims.expires_at);
+        assert_eq!(back.ticket_bytes().unwrap(), t.text.as_bytes());
+        // Not a ticket (e.g. an approver from before the JWT tickets): named, not passed on.
+        let old = ActivateResponse {
+            ticket: "TkFUSwE=".into(),
+            expires_at: 1,
+        };
+        assert_eq!(old.ticket_bytes().unwrap_err().field, "ticket");
+    }
+
+    #[test]
     fn activate_request_round_trip() {
         let r = ActivateRequest::new(&[9; 16], b"secret");
         assert_eq!(decode_id(&r.id).unwrap(), [9; 16]);

@@ -199,6 +199,33 @@ fn ticket_signature_is_checked() {
     assert!(ticket::open(&key, &t, "worker-1", now).is_err());
 }
 
+/// A challenge for a name no node can have is refused before any work: its ticket could never
+/// serve a CSR.
+#[test]
+fn challenges_for_invalid_node_names_are_refused() {
+    let verifier = TpmVerifier::new(VerifierConfig::new(
+        EkCaBundle::new(),
+        TicketKey::new([9; 32]),
+    ));
+    let request = ActivationRequest {
+        node_name: "Worker_1".into(),
+        ..ActivationRequest::default()
+    };
+    let err = verifier
+        .issue_challenge(
+            &request,
+            None,
+            std::time::SystemTime::now(),
+            &mut rand_core::UnwrapErr(getrandom::SysRng),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, TpmRejection::NodeName { name, .. } if name == "Worker_1"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("uppercase"), "{err}");
+}
+
 fn arb_attest() -> impl Strategy<Value = Attest> {
     let certify = (
         proptest::collection::vec(any::<u8>(), 0..66),
@@ -252,6 +279,23 @@ fn arb_attest() -> impl Strategy<Value = Attest> {
 }
 
 proptest! {
+    /// Any change to a TPM ticket is refused (and nothing panics): the cnf claim is signed.
+    #[test]
+    fn changed_tpm_tickets_never_open(pos in any::<prop::sample::Index>(), byte in any::<u8>(), cut in any::<prop::sample::Index>()) {
+        let key = TicketKey::new([9; 32]);
+        let now = nodeauth_attest::from_unix_seconds(1_700_000_000);
+        let issued = ticket::issue(&key, "worker-1", &EkFingerprint([1; 32]), &[0, 0x0b, 7], &[3; 32], now, std::time::Duration::from_secs(600)).unwrap();
+        let text = issued.text.into_bytes();
+        prop_assert!(ticket::open(&key, &text, "worker-1", now).is_ok());
+        let mut changed = text.clone();
+        let i = pos.index(changed.len());
+        changed[i] = byte;
+        if changed != text {
+            prop_assert!(ticket::open(&key, &changed, "worker-1", now).is_err(), "opened a changed ticket");
+        }
+        prop_assert!(ticket::open(&key, &text[..cut.index(text.len())], "worker-1", now).is_err());
+    }
+
     #[test]
     fn parsers_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = Public::parse(&bytes);
