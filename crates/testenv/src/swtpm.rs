@@ -5,7 +5,7 @@
 //! (`/var/lib/swtpm-localca` as root: `issuercert.pem` ← `swtpm-localca-rootca-cert.pem`).
 //! The TPM is then served on a loopback TCP port; TCTI string [`Swtpm::tcti`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -23,44 +23,14 @@ pub struct Swtpm {
 impl Swtpm {
     /// Manufactures a new TPM (fresh EKs and EK certificates) and starts serving it.
     pub fn start() -> Result<Self, Error> {
-        for tool in ["swtpm", "swtpm_setup"] {
-            if Command::new("which")
-                .arg(tool)
-                .output()
-                .map(|o| !o.status.success())
-                .unwrap_or(true)
-            {
-                return Err(Error::Other(format!(
-                    "{tool} is not installed: run `cargo xtask setup` (apt-get install swtpm swtpm-tools tpm2-tools)"
-                )));
-            }
-        }
+        ensure_local_ca()?;
         let dir = std::env::temp_dir().join(crate::unique_name("nodeauth-swtpm"));
+        manufacture(&dir.join("state"))?;
+        Self::serve(dir)
+    }
+
+    fn serve(dir: PathBuf) -> Result<Self, Error> {
         let state = dir.join("state");
-        std::fs::create_dir_all(&state)
-            .map_err(|e| Error::io(format!("creating {}", state.display()), e))?;
-        let out = Command::new("swtpm_setup")
-            .args(["--tpm2", "--tpmstate"])
-            .arg(&state)
-            .args([
-                "--createek",
-                "--decryption",
-                "--create-ek-cert",
-                "--create-platform-cert",
-                "--lock-nvram",
-                "--pcr-banks",
-                "sha256",
-            ])
-            .output()
-            .map_err(|e| Error::io("running swtpm_setup".into(), e))?;
-        if !out.status.success() {
-            return Err(Error::Other(format!(
-                "swtpm_setup failed ({}): {}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            )));
-        }
         // swtpm needs two adjacent ports (server, control).
         let port = loop {
             let p = process::free_port()?;
@@ -121,6 +91,7 @@ impl Swtpm {
     /// The local CA's intermediate (`issuercert.pem`, the EK certificates' issuer) and root
     /// (`swtpm-localca-rootca-cert.pem`), PEM.
     pub fn ek_ca_chain_pem() -> Result<(String, String), Error> {
+        ensure_local_ca()?;
         let dir = Self::local_ca_dir();
         let read = |n: &str| {
             std::fs::read_to_string(dir.join(n))
@@ -132,6 +103,94 @@ impl Swtpm {
         ))
     }
 }
+
+/// Runs `swtpm_setup` into `state`: fresh EKs with certificates from swtpm's local CA (which
+/// `swtpm_setup` creates on its first run on a machine).
+fn manufacture(state: &Path) -> Result<(), Error> {
+    for tool in ["swtpm", "swtpm_setup"] {
+        if Command::new("which")
+            .arg(tool)
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            return Err(Error::Other(format!(
+                "{tool} is not installed: run `cargo xtask setup` (apt-get install swtpm swtpm-tools tpm2-tools)"
+            )));
+        }
+    }
+    std::fs::create_dir_all(state)
+        .map_err(|e| Error::io(format!("creating {}", state.display()), e))?;
+    let out = Command::new("swtpm_setup")
+        .args(["--tpm2", "--tpmstate"])
+        .arg(state)
+        .args([
+            "--createek",
+            "--decryption",
+            "--create-ek-cert",
+            "--create-platform-cert",
+            "--lock-nvram",
+            "--pcr-banks",
+            "sha256",
+        ])
+        .output()
+        .map_err(|e| Error::io("running swtpm_setup".into(), e))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "swtpm_setup failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Makes sure swtpm's local CA exists before anyone reads it or issues from it. On a fresh
+/// machine the first `swtpm_setup` creates the CA; tests that start TPMs (or read the CA) at
+/// the same time, in this process or in other test binaries, would read half-written files.
+/// One exclusive file lock across processes: the first holder manufactures a throwaway TPM,
+/// which creates the CA; every later caller finds it complete.
+fn ensure_local_ca() -> Result<(), Error> {
+    let complete = || {
+        let dir = Swtpm::local_ca_dir();
+        CA_FILES.iter().all(|f| {
+            std::fs::metadata(dir.join(f))
+                .map(|m| m.len() > 0)
+                .unwrap_or(false)
+        })
+    };
+    if complete() {
+        return Ok(());
+    }
+    let lock_path = std::env::temp_dir().join("nodeauth-swtpm-localca.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io(format!("opening {}", lock_path.display()), e))?;
+    lock.lock()
+        .map_err(|e| Error::io(format!("locking {}", lock_path.display()), e))?;
+    if complete() {
+        return Ok(());
+    }
+    let scratch = std::env::temp_dir().join(crate::unique_name("nodeauth-swtpm-ca"));
+    let made = manufacture(&scratch.join("state"));
+    let _ = std::fs::remove_dir_all(&scratch);
+    made?;
+    if complete() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!(
+            "swtpm_setup ran but swtpm's local CA is not in {}",
+            Swtpm::local_ca_dir().display()
+        )))
+    }
+}
+
+/// The local CA's files the harness reads.
+const CA_FILES: [&str; 2] = ["issuercert.pem", "swtpm-localca-rootca-cert.pem"];
 
 impl Drop for Swtpm {
     fn drop(&mut self) {
