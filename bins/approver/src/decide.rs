@@ -4,16 +4,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use nodeauth_policy::k8s::{csr_facts, csr_state, node_facts};
+use nodeauth_k8s::csr::{ConditionType, append_condition};
+use nodeauth_k8s::{ApiErrorKind, Written, csr_state};
+use nodeauth_policy::k8s::{csr_facts, node_facts};
 use nodeauth_policy::{
     CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation, Policy, Rule, RuleResult,
     SanHolder, Verdict,
@@ -102,6 +101,8 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("CSR {name}: writing the {verdict:?} decision: the CSR changed since it was read")]
+    Conflict { name: String, verdict: Verdict },
     #[error("CSR {name}: recording the dry-run decision: {source}")]
     Annotate {
         name: String,
@@ -123,8 +124,9 @@ pub async fn reconcile(
             timer.success();
         }
         Err(Error::Lookup { .. }) => timer.error("Lookup"),
+        Err(Error::Conflict { .. }) => timer.error("Conflict"),
         Err(Error::Write { source, .. } | Error::Annotate { source, .. }) => {
-            timer.error(if is_status(source, 409) {
+            timer.error(if is_conflict(source) {
                 "Conflict"
             } else {
                 "WriteFailed"
@@ -473,9 +475,9 @@ async fn record(
     Ok(Action::await_change())
 }
 
-/// Appends the Approved or Denied condition through the approval subresource. The object sent
-/// carries the resourceVersion that was read: if anyone wrote the CSR since, the API server
-/// answers 409 and nothing is written; the next look sees their change.
+/// Appends the Approved or Denied condition through the approval subresource, to the CSR as it
+/// was read: if anyone wrote the CSR since, nothing is written ([`Error::Conflict`]); the next
+/// look sees their change.
 async fn write_decision(
     csr: &CertificateSigningRequest,
     name: &str,
@@ -484,34 +486,26 @@ async fn write_decision(
     ctx: &Ctx,
 ) -> Result<(), Error> {
     let type_ = match decision.verdict {
-        Verdict::Approve => "Approved",
-        Verdict::Deny => "Denied",
+        Verdict::Approve => ConditionType::Approved,
+        Verdict::Deny => ConditionType::Denied,
         Verdict::Abstain => return Ok(()),
     };
-    let reason = decision.condition_reason();
-    let now = Time(jiff::Timestamp::now());
-    let mut updated = csr.clone();
-    let status = updated
-        .status
-        .get_or_insert_with(CertificateSigningRequestStatus::default);
-    status
-        .conditions
-        .get_or_insert_with(Vec::new)
-        .push(CertificateSigningRequestCondition {
-            type_: type_.to_owned(),
-            status: "True".to_owned(),
-            reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
-            last_update_time: Some(now.clone()),
-            last_transition_time: Some(now),
-        });
-    match ctx
-        .csrs
-        .replace_subresource("approval", name, &PostParams::default(), &updated)
+    let written = append_condition(&ctx.csrs, csr, type_, decision.condition_reason(), message)
         .await
-    {
-        Ok(_) => {}
-        Err(e) if is_status(&e, 404) => {
+        .map_err(|source| Error::Write {
+            name: name.to_owned(),
+            verdict: decision.verdict,
+            source,
+        })?;
+    match written {
+        Written::Written => {}
+        Written::Conflict => {
+            return Err(Error::Conflict {
+                name: name.to_owned(),
+                verdict: decision.verdict,
+            });
+        }
+        Written::Gone => {
             // Gone before its approval was written: free the name it may have reserved.
             if decision.verdict == Verdict::Approve
                 && let Ok(facts) = csr_facts(csr, jiff::Timestamp::now())
@@ -520,13 +514,6 @@ async fn write_decision(
                 ctx.reservations.release(node, name).await;
             }
             return Ok(());
-        }
-        Err(source) => {
-            return Err(Error::Write {
-                name: name.to_owned(),
-                verdict: decision.verdict,
-                source,
-            });
         }
     }
     let published = if decision.verdict == Verdict::Approve {
@@ -570,9 +557,12 @@ async fn annotate(
 pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let name = csr.name_any();
     // A conflict means the CSR changed under us: look again at once (the cache has the news).
-    if let Error::Write { source, .. } | Error::Annotate { source, .. } = err
-        && is_status(source, 409)
-    {
+    let conflict = match err {
+        Error::Conflict { .. } => true,
+        Error::Write { source, .. } | Error::Annotate { source, .. } => is_conflict(source),
+        Error::Lookup { .. } => false,
+    };
+    if conflict {
         tracing::debug!(csr = %name, "conflict; someone else wrote first, looking again");
         return Action::requeue(Duration::from_millis(200));
     }
@@ -581,6 +571,6 @@ pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<C
     Action::requeue(delay)
 }
 
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
+fn is_conflict(e: &kube::Error) -> bool {
+    ApiErrorKind::of(e) == ApiErrorKind::Conflict
 }

@@ -5,15 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
-};
-use kube::api::{Api, PostParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
 use nodeauth_attest::providers::insecure::InsecureVerifier;
 use nodeauth_attest::{Envelope, Registry};
 use nodeauth_k8s::KubeAttestationStore;
+use nodeauth_k8s::access::{self, Requester, csr_resource};
 use nodeauth_policy::MachineKind;
 use nodeauth_policy::k8s::machine_facts;
 use nodeauth_policy::{AttestationSummary, CsrFacts, SarAnswers};
@@ -112,26 +109,13 @@ impl EkPins for ApproverPins {
     }
 }
 
-/// A SubjectAccessReview for the CSR's requester (user, uid, groups and extra copied from the
-/// CSR spec): may it `verb` `certificates.k8s.io` `certificatesigningrequests[/subresource]`?
-fn csr_review(facts: &CsrFacts, verb: &str, subresource: Option<&str>) -> SubjectAccessReview {
-    SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some(facts.username.clone()),
-            uid: Some(facts.uid.clone()).filter(|u| !u.is_empty()),
-            groups: Some(facts.groups.clone()),
-            extra: Some(facts.extra.clone().into_iter().collect())
-                .filter(|e: &std::collections::BTreeMap<_, _>| !e.is_empty()),
-            resource_attributes: Some(ResourceAttributes {
-                group: Some("certificates.k8s.io".into()),
-                resource: Some("certificatesigningrequests".into()),
-                verb: Some(verb.into()),
-                subresource: subresource.map(Into::into),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
+/// The CSR's requester (user, uid, groups and extra copied from the CSR spec).
+fn requester(facts: &CsrFacts) -> Requester {
+    Requester {
+        user: facts.username.clone(),
+        uid: facts.uid.clone(),
+        groups: facts.groups.clone(),
+        extra: facts.extra.clone(),
     }
 }
 
@@ -142,14 +126,12 @@ pub async fn subject_access_reviews(
     client: &kube::Client,
     facts: &CsrFacts,
 ) -> Result<SarAnswers, LookupError> {
-    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let requester = requester(facts);
     let ask = |subresource: &'static str| {
-        let review = csr_review(facts, "create", Some(subresource));
-        let api = api.clone();
+        let requester = &requester;
         async move {
-            api.create(&PostParams::default(), &review)
+            access::may(client, requester, csr_resource("create", Some(subresource)))
                 .await
-                .map(|r| r.status.is_some_and(|s| s.allowed))
                 .map_err(LookupError::Sar)
         }
     };
@@ -164,11 +146,9 @@ pub async fn subject_access_reviews(
 /// Whether the requester may list CSRs (and so already sees which names are joining): only
 /// then does a denial name the CSR that holds a reserved name. Any error counts as "no".
 pub async fn may_list_csrs(client: &kube::Client, facts: &CsrFacts) -> bool {
-    let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    let review = csr_review(facts, "list", None);
-    api.create(&PostParams::default(), &review)
+    access::may(client, &requester(facts), csr_resource("list", None))
         .await
-        .is_ok_and(|r| r.status.is_some_and(|s| s.allowed))
+        .unwrap_or(false)
 }
 
 /// Verifies attestation evidence in CSRs with the configured providers, and keeps what must be

@@ -441,7 +441,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if nodes.wait_until_ready().await.is_err() || !caches.await || !cluster.ready().await {
                 return;
             }
-            synced.set_ready(true);
             // Challenges only from the leader (it holds them until answered), and only once the
             // Machine cache that EK pins are read from is synced.
             if let Some((serving, verifier, limits, metrics)) = endpoint {
@@ -463,15 +462,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     }
                 });
             }
-            controller
-                .graceful_shutdown_on(stop.cancelled_owned())
-                .run(decide::reconcile, decide::error_policy, ctx)
-                .for_each(|res| async move {
-                    if let Err(e) = res {
-                        tracing::debug!(error = %e, "reconcile");
-                    }
-                })
-                .await;
+            // Ready once the CSR cache listed too.
+            nodeauth_runtime::run_controller(
+                controller,
+                decide::reconcile,
+                decide::error_policy,
+                ctx,
+                Some(synced),
+                stop,
+            )
+            .await;
         };
         tokio::select! {
             () = drive_nodes => tracing::error!("the node watch ended"),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodeauth_policy::k8s::csr_state;
+use nodeauth_k8s::csr_state;
 use nodeauth_runtime::CancellationToken;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;

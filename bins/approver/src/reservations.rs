@@ -18,6 +18,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
+use nodeauth_k8s::error::is_conflict;
+use nodeauth_k8s::{Written, delete_unchanged};
 use sha2::{Digest, Sha256};
 
 pub const LABEL: &str = "nodeauth.io/name-reservation";
@@ -127,7 +129,7 @@ impl Reservations {
         };
         match self.api.create(&PostParams::default(), &lease).await {
             Ok(_) => return Ok(Reserve::Held),
-            Err(e) if !is_status(&e, 409) => return Err(e),
+            Err(e) if !is_conflict(&e) => return Err(e),
             Err(_) => {}
         }
         let existing = self.api.get(&name).await?;
@@ -151,15 +153,17 @@ impl Reservations {
         if let Ok(lease) = self.api.get(&name).await
             && holder(&lease) == Some(csr_name)
         {
-            let params = kube::api::DeleteParams {
-                preconditions: Some(kube::api::Preconditions {
-                    resource_version: lease.metadata.resource_version.clone(),
-                    uid: lease.metadata.uid.clone(),
-                }),
-                ..Default::default()
-            };
-            if let Err(e) = self.api.delete(&name, &params).await {
-                tracing::warn!(node, error = %e, "releasing a name reservation");
+            match delete_unchanged(&self.api, &lease).await {
+                Ok(Written::Written) => {}
+                // Taken over or released meanwhile: not ours to delete any more.
+                Ok(outcome) => {
+                    tracing::debug!(
+                        node,
+                        ?outcome,
+                        "name reservation changed before its release"
+                    );
+                }
+                Err(e) => tracing::warn!(node, error = %e, "releasing a name reservation"),
             }
         }
     }
@@ -193,10 +197,6 @@ impl Reservations {
             tracing::debug!(node, error = %e, "marking a name reservation registered");
         }
     }
-}
-
-fn is_status(e: &kube::Error, code: u16) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == code)
 }
 
 #[cfg(test)]

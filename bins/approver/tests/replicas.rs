@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use nodeauth_policy::k8s::csr_state;
+use nodeauth_k8s::csr_state;
 use nodeauth_testenv::unique_name;
 
 const FAST_ELECTION: [&str; 3] = [

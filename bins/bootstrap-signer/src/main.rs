@@ -15,7 +15,6 @@
 //! Token secrets are never logged; only token ids (public) are.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
@@ -25,8 +24,10 @@ use kube::api::{Api, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use nodeauth_k8s::error::is_conflict;
 use nodeauth_runtime::{
-    CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
+    CancellationToken, ControllerArgs, ControllerRuntime, PerObjectBackoff, ReconcileMetrics,
+    init_logging, run_controller,
 };
 use nodeauth_token::k8s::secret_from_k8s;
 use nodeauth_token::signer::{
@@ -62,7 +63,7 @@ enum Error {
 struct Ctx {
     cms: Api<ConfigMap>,
     secrets: Store<Secret>,
-    failures: AtomicU32,
+    failures: PerObjectBackoff,
     reconciles: ReconcileMetrics,
     writes: Counter,
     write_failures: Counter,
@@ -123,7 +124,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let ctx = Arc::new(Ctx {
             cms: cms.clone(),
             secrets: store.clone(),
-            failures: AtomicU32::new(0),
+            // 250 ms, 500 ms, 1 s, ... up to 60 s.
+            failures: PerObjectBackoff::new(Duration::from_millis(125), Duration::from_secs(60)),
             reconciles,
             writes,
             write_failures,
@@ -133,21 +135,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             if store.wait_until_ready().await.is_err() {
                 return;
             }
-            synced.set_ready(true);
-            Controller::new(
+            let controller = Controller::new(
                 cms,
                 watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO_NAME}")),
             )
             .with_config(controller_config)
-            .reconcile_all_on(token_changes)
-            .graceful_shutdown_on(stop.cancelled_owned())
-            .run(reconcile, error_policy, ctx)
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "reconcile");
-                }
-            })
-            .await;
+            .reconcile_all_on(token_changes);
+            // Ready once both caches listed: the tokens (above) and cluster-info.
+            run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop).await;
         };
         // The token watch runs until the controller has shut down.
         tokio::select! {
@@ -205,7 +200,7 @@ async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         tracing::info!(signed_by = ?after, previously = ?before, "updated cluster-info signatures");
     }
     ctx.signatures.set(i64::try_from(count).unwrap_or(i64::MAX));
-    ctx.failures.store(0, Ordering::Relaxed);
+    ctx.failures.succeeded(CLUSTER_INFO_NAME);
     timer.success();
     Ok(match plan.next_wake {
         // Wake just after the earliest expiry, when that token's signature must go.
@@ -215,14 +210,9 @@ async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 }
 
 fn error_policy(_cm: Arc<ConfigMap>, err: &Error, ctx: Arc<Ctx>) -> Action {
-    let n = ctx.failures.fetch_add(1, Ordering::Relaxed).min(8);
-    let delay = Duration::from_millis(250 * (1u64 << n)).min(Duration::from_secs(60));
+    let delay = ctx.failures.failed(CLUSTER_INFO_NAME);
     tracing::warn!(error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
 fn until(now: jiff::Timestamp, at: jiff::Timestamp) -> Duration {

@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kubectl_nodeauth::token_admin::{self, CreateOptions, DEFAULT_GROUP};
+use nodeauth_k8s::error::is_conflict;
 use nodeauth_token::kubeconfig::ClusterInfo;
 use nodeauth_token::secret::Usage;
 
@@ -224,7 +225,7 @@ async fn bind(
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(()),
         Err(e) => {
             Err(anyhow::Error::from(e).context(format!("cannot create ClusterRoleBinding {name}")))
         }
@@ -244,7 +245,7 @@ async fn service_account(a: ServiceAccountArgs) -> anyhow::Result<ExitCode> {
     };
     match sas.create(&PostParams::default(), &sa).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) if is_conflict(&e) => {}
         Err(e) => {
             return Err(anyhow::Error::from(e).context(format!(
                 "cannot create ServiceAccount {}/{}",

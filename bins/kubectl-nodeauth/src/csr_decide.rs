@@ -7,13 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
-};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
-use nodeauth_policy::k8s::{csr_facts, csr_state, machine_facts, node_facts};
+use kube::api::Api;
+use nodeauth_k8s::csr::{ConditionType, append_condition};
+use nodeauth_k8s::{Written, csr_state};
+use nodeauth_policy::k8s::{csr_facts, machine_facts, node_facts};
 use nodeauth_policy::{AttestationSummary, Context, MachineKind, PolicySet, SarAnswers, Verdict};
 
 /// Arguments of `csr explain`.
@@ -288,7 +287,7 @@ async fn decide_inner(args: &DecideArgs, approve: bool) -> anyhow::Result<()> {
     }
     let client = crate_client(args.kubeconfig.as_deref()).await?;
     let api: Api<CertificateSigningRequest> = Api::all(client);
-    let mut csr = api
+    let csr = api
         .get(&args.name)
         .await
         .with_context(|| format!("reading CSR {}", args.name))?;
@@ -299,33 +298,25 @@ async fn decide_inner(args: &DecideArgs, approve: bool) -> anyhow::Result<()> {
             args.name
         );
     }
-    let now = Time(jiff::Timestamp::now());
-    csr.status
-        .get_or_insert_with(CertificateSigningRequestStatus::default)
-        .conditions
-        .get_or_insert_with(Vec::new)
-        .push(CertificateSigningRequestCondition {
-            type_: if approve { "Approved" } else { "Denied" }.to_owned(),
-            status: "True".to_owned(),
-            reason: Some(args.reason.clone()),
-            message: Some(args.message.clone()),
-            last_update_time: Some(now.clone()),
-            last_transition_time: Some(now),
-        });
+    let type_ = if approve {
+        ConditionType::Approved
+    } else {
+        ConditionType::Denied
+    };
     // The resourceVersion read above goes with the write: if anyone decided meanwhile, the API
     // server refuses this one (409) instead of adding a second decision.
-    match api
-        .replace_subresource("approval", &args.name, &PostParams::default(), &csr)
+    match append_condition(&api, &csr, type_, &args.reason, &args.message)
         .await
+        .with_context(|| format!("writing the decision on {}", args.name))?
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        Written::Written => {}
+        Written::Conflict => {
             bail!(
                 "CSR {} changed while deciding (someone else decided?); look again",
                 args.name
             )
         }
-        Err(e) => return Err(e).with_context(|| format!("writing the decision on {}", args.name)),
+        Written::Gone => bail!("CSR {} was deleted while deciding", args.name),
     }
     let _ = writeln!(
         std::io::stdout().lock(),

@@ -20,23 +20,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use futures::StreamExt;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestCondition, ClusterTrustBundle,
-    ClusterTrustBundleSpec,
+    CertificateSigningRequest, CertificateSigningRequestCondition,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use nodeauth_issuer::gc::{self, CsrFacts, GcDecision, GcThresholds};
 use nodeauth_issuer::{IssuePolicy, OsRandomSerials};
+use nodeauth_k8s::csr::{
+    ConditionType, CsrState, append_condition, certificate, condition, csr_state, write_certificate,
+};
+use nodeauth_k8s::{Written, bundle, delete_unchanged};
 use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, EventPublisher, ReconcileMetrics,
-    init_logging, parse_duration,
+    init_logging, parse_duration, run_controller,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -353,22 +353,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             stop.clone(),
         );
         let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
-            .with_config(cli.runtime.controller_config())
-            .graceful_shutdown_on(stop.cancelled_owned());
-        let store = controller.store();
-        let ready = async move {
-            if store.wait_until_ready().await.is_ok() {
-                synced.set_ready(true);
-            }
-        };
-        let run = controller
-            .run(reconcile, error_policy, ctx)
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "reconcile");
-                }
-            });
-        tokio::join!(run, ready, cas);
+            .with_config(cli.runtime.controller_config());
+        let run = run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop);
+        tokio::join!(run, cas);
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;
@@ -396,7 +383,7 @@ async fn ca_loop(
                 .set(left as f64);
             let bundle = signer.ca.bundle_pem().to_owned();
             if published.get(name) != Some(&bundle) {
-                match publish_bundle(&client, name, &bundle, &bundle_ns).await {
+                match bundle::publish(&client, name, &bundle, &bundle_ns, FIELD_MANAGER).await {
                     Ok(where_) => {
                         tracing::info!(signer = %name, published = %where_, "CA bundle published");
                         published.insert(name.clone(), bundle);
@@ -435,80 +422,6 @@ fn note_refresh(ctx: &Ctx, name: &str, refresh: &Refresh) {
         .inc();
 }
 
-fn sanitise(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| match c {
-            'a'..='z' | '0'..='9' | '-' | '.' => c,
-            'A'..='Z' => c.to_ascii_lowercase(),
-            _ => '-',
-        })
-        .collect();
-    s.trim_matches(|c| c == '-' || c == '.').to_owned()
-}
-
-/// Publishes a bundle as a ClusterTrustBundle, or as a ConfigMap when that API is not served.
-async fn publish_bundle(
-    client: &kube::Client,
-    signer: &str,
-    bundle: &str,
-    namespace: &str,
-) -> Result<String, kube::Error> {
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let ctb_name = format!("{}:nodeauth", signer.replace('/', ":"));
-    let ctb = ClusterTrustBundle {
-        metadata: ObjectMeta {
-            name: Some(ctb_name.clone()),
-            ..ObjectMeta::default()
-        },
-        spec: ClusterTrustBundleSpec {
-            signer_name: Some(signer.to_owned()),
-            trust_bundle: bundle.to_owned(),
-        },
-    };
-    let ctbs: Api<ClusterTrustBundle> = Api::all(client.clone());
-    match ctbs.patch(&ctb_name, &params, &Patch::Apply(&ctb)).await {
-        Ok(_) => return Ok(format!("ClusterTrustBundle {ctb_name}")),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(e),
-    }
-    let cm_name = format!("{}-ca", sanitise(signer));
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(cm_name.clone()),
-            namespace: Some(namespace.to_owned()),
-            annotations: Some(BTreeMap::from([(
-                "nodeauth.io/signer-name".to_owned(),
-                signer.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("ca.crt".to_owned(), bundle.to_owned())])),
-        ..ConfigMap::default()
-    };
-    Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .patch(&cm_name, &params, &Patch::Apply(&cm))
-        .await?;
-    Ok(format!("ConfigMap {namespace}/{cm_name}"))
-}
-
-fn condition<'a>(
-    csr: &'a CertificateSigningRequest,
-    type_: &str,
-) -> Option<&'a CertificateSigningRequestCondition> {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == "True"))
-}
-
-fn issued(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .is_some_and(|c| !c.0.is_empty())
-}
-
 fn facts(csr: &CertificateSigningRequest) -> CsrFacts {
     let time = |c: Option<&CertificateSigningRequestCondition>| {
         c.and_then(|c| c.last_update_time.as_ref()).map(|t| t.0)
@@ -518,15 +431,15 @@ fn facts(csr: &CertificateSigningRequest) -> CsrFacts {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| !c.is_empty());
-    let cert = csr.status.as_ref().and_then(|s| s.certificate.as_ref());
+    let cert = certificate(csr);
     CsrFacts {
         created: csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
         has_conditions: any_conditions,
         approved: time(condition(csr, "Approved")),
         denied: time(condition(csr, "Denied")),
         failed: time(condition(csr, "Failed")),
-        issued: issued(csr),
-        certificate_not_after: cert.and_then(|c| gc::certificate_not_after(&c.0)),
+        issued: cert.is_some(),
+        certificate_not_after: cert.and_then(gc::certificate_not_after),
     }
 }
 
@@ -535,10 +448,7 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
     let slot = ctx.slots.get(&csr.spec.signer_name);
     if ctx.sign
         && let Some(slot) = slot
-        && condition(&csr, "Approved").is_some()
-        && condition(&csr, "Denied").is_none()
-        && condition(&csr, "Failed").is_none()
-        && !issued(&csr)
+        && csr_state(&csr) == CsrState::Approved
     {
         let result = sign(&csr, slot, &ctx).await;
         match &result {
@@ -563,15 +473,8 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
     match gc::plan(&facts(&csr), thresholds, now) {
         GcDecision::Delete(class) => {
             let name = csr.name_any();
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: csr.uid(),
-                    resource_version: csr.resource_version(),
-                }),
-                ..DeleteParams::default()
-            };
-            match ctx.csrs.delete(&name, &dp).await {
-                Ok(_) => {
+            match delete_unchanged(&ctx.csrs, &*csr).await {
+                Ok(Written::Written) => {
                     ctx.metrics
                         .gc_deleted
                         .get_or_create(&vec![("class".into(), class.as_str().into())])
@@ -579,7 +482,7 @@ async fn reconcile(csr: Arc<CertificateSigningRequest>, ctx: Arc<Ctx>) -> Result
                     tracing::info!(csr = %name, class = class.as_str(), "garbage-collected CSR");
                 }
                 // Gone already, or changed since: the watch brings the news.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Ok(Written::Gone | Written::Conflict) => {}
                 Err(e) => {
                     timer.error("DeleteFailed");
                     return Err(Error::Delete(name, e));
@@ -624,40 +527,33 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
             .inc();
     };
     // The object as read: its resourceVersion makes the write fail if anything changed since.
-    let mut updated = csr.clone();
-    let status = updated.status.get_or_insert_with(Default::default);
-    let outcome = match result {
-        Ok(cert) => {
-            status.certificate = Some(ByteString(cert.pem.clone().into_bytes()));
-            Ok(cert)
-        }
+    let written = match &result {
+        Ok(cert) => write_certificate(&ctx.csrs, csr, cert.pem.as_bytes()).await,
         Err(e) if e.is_permanent() => {
-            status.conditions.get_or_insert_with(Vec::new).push(
-                CertificateSigningRequestCondition {
-                    type_: "Failed".into(),
-                    status: "True".into(),
-                    reason: Some(e.condition_reason().into()),
-                    message: Some(e.to_string()),
-                    last_update_time: Some(Time(jiff::Timestamp::now())),
-                    last_transition_time: None,
-                },
-            );
-            Err(e)
+            append_condition(
+                &ctx.csrs,
+                csr,
+                ConditionType::Failed,
+                e.condition_reason(),
+                &e.to_string(),
+            )
+            .await
         }
         Err(e) => {
             fail(e.condition_reason());
-            return Err(Error::Sign(name, e));
+            return Err(Error::Sign(name, e.clone()));
         }
     };
-    match ctx
-        .csrs
-        .replace_status(&name, &PostParams::default(), &updated)
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+    match written {
+        Ok(Written::Written) => {}
+        Ok(Written::Conflict) => {
             // Someone else wrote first (or our view was stale): nothing was issued twice.
             fail("Conflict");
+            return Ok(Action::await_change());
+        }
+        Ok(Written::Gone) => {
+            // Deleted while we signed: nothing to write to.
+            fail("Gone");
             return Ok(Action::await_change());
         }
         Err(e) => {
@@ -665,7 +561,7 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
             return Err(Error::Status(name, e));
         }
     }
-    match outcome {
+    match result {
         Ok(cert) => {
             ctx.metrics
                 .issued
@@ -713,15 +609,6 @@ fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<Ctx>)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn configmap_names_are_dns_labels() {
-        assert_eq!(
-            sanitise("kubernetes.io/kube-apiserver-client-kubelet"),
-            "kubernetes.io-kube-apiserver-client-kubelet"
-        );
-        assert_eq!(sanitise("Example.COM/My_Signer/"), "example.com-my-signer");
-    }
 
     #[test]
     fn flags_parse_with_defaults() {

@@ -3,8 +3,8 @@
 //! One kube-runtime `Controller` on the `bootstrap.kubernetes.io/token` Secrets of kube-system.
 //! Each reconcile asks `nodeauth_token::signer::plan_cleanup` (pure) whether the token has
 //! expired (an unparseable expiration counts as expired, as upstream): if so, the Secret is
-//! deleted with a UID precondition (a re-created Secret of the same name survives; not-found and
-//! conflict mean someone else acted, not an error); if not, the reconcile is requeued for exactly
+//! deleted with UID and resourceVersion preconditions (a re-created or changed Secret of the
+//! same name survives; not-found and conflict mean someone else acted, not an error); if not, the reconcile is requeued for exactly
 //! its expiry instant — no polling. Leader election, metrics, health endpoints and graceful
 //! shutdown come from `nodeauth-runtime`. Token secrets are never logged; token ids are public.
 
@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, Preconditions};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
+use nodeauth_k8s::{Written, delete_unchanged};
 use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
+    run_controller,
 };
 use nodeauth_token::k8s::secret_from_k8s;
 use nodeauth_token::signer::plan_cleanup;
@@ -98,25 +99,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let store = controller.store();
         let ctx = Arc::new(Ctx {
             secrets,
-            store: store.clone(),
+            store,
             reconciles,
             deleted,
             tokens,
             next_expiry,
         });
-        let ready = async move {
-            let _ = store.wait_until_ready().await;
-            synced.set_ready(true);
-        };
-        let run = controller
-            .graceful_shutdown_on(stop.cancelled_owned())
-            .run(reconcile, error_policy, ctx)
-            .for_each(|res| async move {
-                if let Err(e) = res {
-                    tracing::debug!(error = %e, "reconcile");
-                }
-            });
-        tokio::join!(ready, run);
+        run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop).await;
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;
@@ -133,24 +122,19 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> 
             .name
             .strip_prefix("bootstrap-token-")
             .unwrap_or(&expired.name);
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: expired.uid.clone(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match ctx.secrets.delete(&expired.name, &params).await {
-            Ok(_) => {
+        // Only the Secret as read (UID and resourceVersion): a re-created Secret of the same
+        // name, or one changed since (its expiration extended), is not deleted.
+        match delete_unchanged(&ctx.secrets, &*secret).await {
+            Ok(Written::Written) => {
                 ctx.deleted.inc();
                 tracing::info!(token_id, secret = %expired.name, "deleted expired bootstrap token");
             }
-            // Already gone, or replaced by a new Secret of the same name: nothing to do.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {
+            // Already gone, or replaced or changed: someone else acted; the watch brings it.
+            Ok(outcome) => {
                 tracing::debug!(
                     token_id,
-                    code = s.code,
-                    "token secret already gone or replaced"
+                    ?outcome,
+                    "token secret already gone, replaced or changed"
                 );
             }
             Err(source) => {

@@ -18,6 +18,8 @@ use nodeauth_attest::{AttestError, Attestor, attested_csr};
 use nodeauth_csr::{
     BuildError, CsrBuilder, CsrSigningKey, KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING,
 };
+use nodeauth_k8s::csr::{CsrState, certificate, condition, csr_state};
+use nodeauth_k8s::error::is_conflict;
 use sha2::{Digest, Sha512_256};
 
 use crate::attestation::RequestAttestation;
@@ -324,7 +326,7 @@ pub async fn submit(client: &kube::Client, req: &PreparedCsr) -> Result<Submitte
             uid: created.metadata.uid.unwrap_or_default(),
             reattached: false,
         }),
-        Err(kube::Error::Api(s)) if s.code == 409 => {
+        Err(e) if is_conflict(&e) => {
             let existing = api.get(&req.name).await.map_err(create_err)?;
             ensure_compatible(&existing, req)?;
             Ok(Submitted {
@@ -372,41 +374,35 @@ fn inspect(csr: &CertificateSigningRequest, sub: &Submitted) -> Result<Seen, Csr
     if csr.metadata.uid.as_deref().unwrap_or_default() != sub.uid {
         return Err(CsrError::Deleted(sub.name.clone()));
     }
-    let status = csr.status.as_ref();
-    let mut approved = false;
-    for c in status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-    {
-        if c.status != "True" {
-            continue;
+    let said = |type_: &str| {
+        let c = condition(csr, type_);
+        (
+            c.and_then(|c| c.reason.clone()).unwrap_or_default(),
+            c.and_then(|c| c.message.clone()).unwrap_or_default(),
+        )
+    };
+    match csr_state(csr) {
+        CsrState::Denied => {
+            let (reason, message) = said("Denied");
+            Err(CsrError::Denied {
+                name: sub.name.clone(),
+                reason,
+                message,
+            })
         }
-        let reason = c.reason.clone().unwrap_or_default();
-        let message = c.message.clone().unwrap_or_default();
-        match c.type_.as_str() {
-            "Denied" => {
-                return Err(CsrError::Denied {
-                    name: sub.name.clone(),
-                    reason,
-                    message,
-                });
-            }
-            "Failed" => {
-                return Err(CsrError::Failed {
-                    name: sub.name.clone(),
-                    reason,
-                    message,
-                });
-            }
-            "Approved" => approved = true,
-            _ => {}
+        CsrState::Failed => {
+            let (reason, message) = said("Failed");
+            Err(CsrError::Failed {
+                name: sub.name.clone(),
+                reason,
+                message,
+            })
         }
-    }
-    match status.and_then(|s| s.certificate.as_ref()) {
-        Some(cert) if approved && !cert.0.is_empty() => Ok(Seen::Issued(cert.0.clone())),
-        _ if approved => Ok(Seen::Approved),
-        _ => Ok(Seen::Pending),
+        CsrState::Issued => Ok(Seen::Issued(
+            certificate(csr).map(<[u8]>::to_vec).unwrap_or_default(),
+        )),
+        CsrState::Approved => Ok(Seen::Approved),
+        CsrState::Pending => Ok(Seen::Pending),
     }
 }
 

@@ -41,6 +41,8 @@ use nodeauth_attest::{
 };
 use sha2::{Digest, Sha256};
 
+use crate::error::is_conflict;
+
 /// The label on every record.
 pub const MANAGED_BY_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "nodeauth-attest");
 /// The label saying which kind of record an object is (`single-use`, `binding`, `counter`).
@@ -102,10 +104,6 @@ fn object_name(kind: Kind, provider: &[u8], key: &[u8]) -> String {
 
 fn unavailable(what: &str, err: &kube::Error) -> TofuError {
     TofuError::Unavailable(format!("{what}: {err}"))
-}
-
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
 /// The value a record holds under `field`.

@@ -1,7 +1,8 @@
 //! Facts from Kubernetes objects (feature `k8s`): a `CertificateSigningRequest` becomes
 //! [`CsrFacts`], a `Node` becomes [`NodeFacts`]. Pure conversions: the approver and
 //! `kubectl-nodeauth csr explain` build the same facts from the same objects, so an offline
-//! explanation is the decision the controller would make.
+//! explanation is the decision the controller would make. Where a CSR object is in its life
+//! (approved, issued, denied, ...) is read by `nodeauth-k8s` (`nodeauth_k8s::csr_state`).
 //!
 //! # Example
 //!
@@ -9,7 +10,7 @@
 //! use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 //! use k8s_openapi::ByteString;
 //! use nodeauth_csr::{CsrBuilder, CsrSigningKey};
-//! use nodeauth_policy::k8s::{csr_facts, CsrState, csr_state};
+//! use nodeauth_policy::k8s::csr_facts;
 //!
 //! let key = CsrSigningKey::generate_p256()?;
 //! let pem = CsrBuilder::kubelet_client("worker-1").build(&key)?;
@@ -26,7 +27,6 @@
 //! };
 //! let facts = csr_facts(&object, "2025-01-01T00:00:00Z".parse()?)?;
 //! assert_eq!(facts.node_name(), Some("worker-1"));
-//! assert_eq!(csr_state(&object), CsrState::Pending);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -144,64 +144,11 @@ pub fn machine_facts(kind: MachineKind, object: &serde_json::Value) -> Option<Ma
     })
 }
 
-/// Where a CSR object is in its life, from its conditions and certificate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CsrState {
-    /// No Approved, Denied or Failed condition yet.
-    Pending,
-    /// Approved; not yet issued.
-    Approved,
-    /// Approved and `status.certificate` is set.
-    Issued,
-    /// Denied.
-    Denied,
-    /// The signer gave up (`Failed`).
-    Failed,
-}
-
-impl CsrState {
-    /// Whether an approver has already decided (approved or denied) or a signer failed it.
-    pub fn is_decided(self) -> bool {
-        !matches!(self, CsrState::Pending)
-    }
-}
-
-/// The CSR's [`CsrState`]. Only conditions with status `True` count (the API server
-/// requires that for Approved and Denied).
-pub fn csr_state(csr: &CertificateSigningRequest) -> CsrState {
-    let Some(status) = csr.status.as_ref() else {
-        return CsrState::Pending;
-    };
-    let has = |kind: &str| {
-        status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == kind && c.status == "True")
-    };
-    if has("Denied") {
-        CsrState::Denied
-    } else if has("Failed") {
-        CsrState::Failed
-    } else if has("Approved") {
-        if status.certificate.as_ref().is_some_and(|c| !c.0.is_empty()) {
-            CsrState::Issued
-        } else {
-            CsrState::Approved
-        }
-    } else {
-        CsrState::Pending
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::certificates::v1::{
-        CertificateSigningRequestCondition, CertificateSigningRequestSpec,
-        CertificateSigningRequestStatus,
-    };
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec;
     use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
 
     fn object(request: Vec<u8>) -> CertificateSigningRequest {
@@ -271,53 +218,5 @@ mod tests {
             name: Some(name.into()),
             ..Default::default()
         }
-    }
-
-    fn with_conditions(kinds: &[(&str, &str)], cert: bool) -> CertificateSigningRequest {
-        let mut csr = object(Vec::new());
-        csr.status = Some(CertificateSigningRequestStatus {
-            certificate: cert.then(|| ByteString(b"x".to_vec())),
-            conditions: Some(
-                kinds
-                    .iter()
-                    .map(|(t, s)| CertificateSigningRequestCondition {
-                        type_: (*t).into(),
-                        status: (*s).into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-        });
-        csr
-    }
-
-    #[test]
-    fn states() {
-        assert_eq!(csr_state(&object(Vec::new())), CsrState::Pending);
-        assert_eq!(
-            csr_state(&with_conditions(&[("Approved", "False")], false)),
-            CsrState::Pending
-        );
-        assert_eq!(
-            csr_state(&with_conditions(&[("Approved", "True")], false)),
-            CsrState::Approved
-        );
-        assert_eq!(
-            csr_state(&with_conditions(&[("Approved", "True")], true)),
-            CsrState::Issued
-        );
-        assert_eq!(
-            csr_state(&with_conditions(
-                &[("Approved", "True"), ("Failed", "True")],
-                false
-            )),
-            CsrState::Failed
-        );
-        assert_eq!(
-            csr_state(&with_conditions(&[("Denied", "True")], false)),
-            CsrState::Denied
-        );
-        assert!(!CsrState::Pending.is_decided());
-        assert!(CsrState::Denied.is_decided());
     }
 }

@@ -39,6 +39,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::Api;
 use kube::api::PostParams;
+use nodeauth_k8s::error::is_conflict;
 use tokio::time::{Instant, sleep, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 
@@ -524,10 +525,6 @@ impl LeaderElector {
             gate.set_ready(true);
         }
     }
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(status) if status.code == 409)
 }
 
 /// `d` stretched by a random 0–20 %, so standbys do not retry in lockstep.

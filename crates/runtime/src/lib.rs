@@ -14,6 +14,9 @@
 //! - [`Shutdown`]: one cancellation signal fired by SIGTERM/SIGINT.
 //! - [`EventPublisher`]: Kubernetes Events about the objects a controller acts on.
 //! - [`ControllerRuntime`]: all of the above wired together for a binary's `main`.
+//! - [`run_controller`]: a kube-runtime `Controller` run the same way in every binary (graceful
+//!   shutdown on the run's cancellation token, readiness once its cache listed, errors logged
+//!   once); [`PerObjectBackoff`] for its retries.
 //!
 //! The crate never prints and never reads the environment itself (clap reads `NODEAUTH_*`
 //! variables when the binary parses its flags; kube's config inference reads `KUBECONFIG` when
@@ -48,9 +51,9 @@
 //!     // Runs only while this replica holds the Lease `nodeauth-approver`.
 //!     runtime
 //!         .run(move |stop: CancellationToken| async move {
-//!             // Build the kube_runtime::Controller here with
-//!             // .graceful_shutdown_on(stop.cancelled_owned()), set `caches` ready once the
-//!             // reflectors have synced, time each reconcile with reconciles.start("approver"),
+//!             // Build the kube_runtime::Controller here and run it with
+//!             // nodeauth_runtime::run_controller(.., Some(caches), stop), time each reconcile
+//!             // with reconciles.start("approver"),
 //!             // and publish decisions with events.normal(&csr, "Approved", "Approve", "...").
 //!             let _ = (client, reconciles, events);
 //!             caches.set_ready(true);
@@ -67,6 +70,7 @@
 mod args;
 mod backoff;
 mod client;
+mod controller;
 mod error;
 mod events;
 mod health;
@@ -80,6 +84,7 @@ mod shutdown;
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
 pub use client::{kube_client, kube_config};
+pub use controller::run_controller;
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };

@@ -12,6 +12,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
+use nodeauth_k8s::csr::{CsrState, certificate, condition, csr_state};
 
 use crate::{ControlPlane, Error, Kubelet, KubeletOptions};
 
@@ -144,38 +145,20 @@ fn ready(n: &Node) -> bool {
 }
 
 fn decided(csr: &CertificateSigningRequest) -> (Decided, String) {
-    let conds = csr
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .filter(|c| c.status == "True");
-    for c in conds {
-        let d = match c.type_.as_str() {
-            "Approved" => Decided::Approved,
-            "Denied" => Decided::Denied,
-            "Failed" => Decided::Failed,
-            _ => continue,
-        };
-        // A Failed condition outranks the approval it follows.
-        if d == Decided::Approved
-            && csr
-                .status
-                .iter()
-                .flat_map(|s| s.conditions.iter().flatten())
-                .any(|f| f.type_ == "Failed" && f.status == "True")
-        {
-            continue;
-        }
-        return (d, c.reason.clone().unwrap_or_default());
-    }
-    (Decided::Pending, String::new())
+    let (d, type_) = match csr_state(csr) {
+        CsrState::Pending => return (Decided::Pending, String::new()),
+        CsrState::Approved | CsrState::Issued => (Decided::Approved, "Approved"),
+        CsrState::Denied => (Decided::Denied, "Denied"),
+        CsrState::Failed => (Decided::Failed, "Failed"),
+    };
+    let reason = condition(csr, type_)
+        .and_then(|c| c.reason.clone())
+        .unwrap_or_default();
+    (d, reason)
 }
 
 fn issued(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .is_some_and(|c| !c.0.is_empty())
+    certificate(csr).is_some()
 }
 
 /// The node a CSR is for: `system:node:<name>` in the request's CN.

@@ -34,7 +34,7 @@ pub async fn bind_cluster_role_to_group(
         .await
     {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) if nodeauth_k8s::error::is_conflict(&e) => Ok(()),
         Err(e) => Err(Error::kube(format!(
             "creating ClusterRoleBinding {binding_name}"
         ))(e)),

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
-use nodeauth_policy::k8s::{CsrState, csr_state};
+use nodeauth_k8s::{CsrState, csr_state};
 use nodeauth_testenv::process::Process;
 use nodeauth_testenv::{ControlPlane, Credential, manifests, unique_name};
 

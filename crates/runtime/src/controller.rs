@@ -1,0 +1,75 @@
+//! [`run_controller`]: every controller binary runs its kube-runtime `Controller` the same way.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryFuture};
+use kube::Resource;
+use kube::runtime::controller::{Action, Controller, Error};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::ReadinessGate;
+
+/// Runs `controller` with `reconcile` and `error_policy` until `stop` is cancelled (the run's
+/// cancellation token: leadership lost or shutdown), then lets the reconciles in flight finish
+/// (graceful shutdown).
+///
+/// - `ready`, when given, is set ready once the controller's own cache has listed its objects
+///   (an empty cache would look like "no objects"), and never before.
+/// - Errors are logged once: a failed reconcile is the `error_policy`'s to log (it decides the
+///   retry and knows the object); the watch's own errors and reconciles of objects already gone
+///   are logged here at debug level (the watch retries with backoff by itself).
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::runtime::{controller::{Action, Controller}, watcher};
+/// use nodeauth_runtime::{CancellationToken, run_controller};
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("never")]
+/// struct Never;
+///
+/// async fn reconcile(_cm: Arc<ConfigMap>, _ctx: Arc<()>) -> Result<Action, Never> {
+///     Ok(Action::await_change())
+/// }
+///
+/// # async fn f(client: kube::Client, stop: CancellationToken) {
+/// let controller = Controller::new(kube::Api::<ConfigMap>::all(client), watcher::Config::default());
+/// run_controller(controller, reconcile, |_, _, _| Action::await_change(), Arc::new(()), None, stop).await;
+/// # }
+/// ```
+pub async fn run_controller<K, ReconcileFut, Ctx>(
+    controller: Controller<K>,
+    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFut,
+    error_policy: impl Fn(Arc<K>, &ReconcileFut::Error, Arc<Ctx>) -> Action,
+    ctx: Arc<Ctx>,
+    ready: Option<ReadinessGate>,
+    stop: CancellationToken,
+) where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Debug + Unpin,
+    ReconcileFut: TryFuture<Ok = Action> + Send + 'static,
+    ReconcileFut::Error: std::error::Error + Send + 'static,
+{
+    let store = controller.store();
+    let synced = async move {
+        if let Some(gate) = ready
+            && store.wait_until_ready().await.is_ok()
+        {
+            gate.set_ready(true);
+        }
+    };
+    let run = controller
+        .graceful_shutdown_on(stop.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok(_) | Err(Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::debug!(error = %e, "controller"),
+            }
+        });
+    tokio::join!(synced, run);
+}
