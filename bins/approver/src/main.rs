@@ -1,6 +1,7 @@
 //! `approver`: decides node CertificateSigningRequests by policy and explains every decision.
 //!
-//! The program is wiring; the decisions are `nodeauth-policy`'s:
+//! The program is wiring (flags in `cli.rs`); the decisions are `nodeauth-policy`'s, the API
+//! reads and writes `nodeauth-k8s`'s:
 //! - a kube-runtime `Controller` on CSRs; Nodes come from a reflector (no per-CSR GETs);
 //! - for each pending CSR, the first policy covering its signer and requester decides
 //!   (`decide.rs`); SubjectAccessReviews and attestation are looked up only when that policy's
@@ -12,6 +13,7 @@
 //! - `--dry-run` records the decision in an annotation and the log and decides nothing;
 //! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
 
+mod cli;
 mod cluster;
 mod decide;
 mod endpoint;
@@ -22,7 +24,6 @@ mod policies;
 mod reservations;
 mod tls;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,210 +37,11 @@ use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
-use nodeauth_runtime::{CancellationToken, ControllerArgs, ControllerRuntime, init_logging};
+use nodeauth_runtime::{CancellationToken, ControllerRuntime, init_logging};
 
-/// Approve or deny node CSRs (kubelet client and serving certificates, or any signer a policy
-/// names) by declarative policy, writing every failed rule into the CSR's condition.
-///
-/// Policies: `--policy FILE` (YAML, one or more documents separated by `---`) and `--preset
-/// NAME` (kcm, serving, openshift, capi), in the order given. For each CSR, the first policy
-/// whose `signers` and `requesters` cover it decides; a CSR no policy covers is left alone.
-///
-/// RBAC (see deploy/approver/rbac.yaml): get/list/watch CSRs and Nodes, update
-/// certificatesigningrequests/approval, `approve` on certificates.k8s.io/signers for the
-/// configured signer names only, create SubjectAccessReviews (for SAR rules), Leases and Events.
-#[derive(Debug, Parser)]
-#[command(version, about, long_about)]
-struct Cli {
-    /// A policy file (YAML; several documents allowed). Repeatable; order matters.
-    #[arg(long = "policy", env = "NODEAUTH_POLICY", value_delimiter = ',')]
-    policies: Vec<PathBuf>,
-
-    /// A built-in policy: kcm, serving, openshift or capi. Repeatable; evaluated after
-    /// the --policy files.
-    #[arg(long = "preset", env = "NODEAUTH_PRESET", value_delimiter = ',')]
-    presets: Vec<String>,
-
-    /// Also serve policies from NodeAuthPolicy objects (deploy/approver/crd.yaml), evaluated
-    /// after --policy and --preset, in name order, and picked up as they change.
-    #[arg(long, env = "NODEAUTH_POLICY_CRD")]
-    policy_crd: bool,
-
-    /// Machine inventories to read for machine rules: capi (machines.cluster.x-k8s.io) and/or
-    /// openshift (machines.machine.openshift.io). Their CRDs must be installed.
-    #[arg(long = "machines", env = "NODEAUTH_MACHINES", value_delimiter = ',', value_parser = ["capi", "openshift"])]
-    machines: Vec<String>,
-
-    /// Evaluate and record each decision in the annotation `nodeauth.io/dry-run-decision` and
-    /// the log, but approve and deny nothing (audit mode).
-    #[arg(long, env = "NODEAUTH_DRY_RUN")]
-    dry_run: bool,
-
-    /// How long a CSR may wait for its Node to appear before rules that need the Node deny it
-    /// (a kubelet can create its serving CSR just before the approver's Node cache sees it).
-    #[arg(long, env = "NODEAUTH_NODE_WAIT", default_value = "30s", value_parser = nodeauth_runtime::parse_duration)]
-    node_wait: Duration,
-
-    /// Attestation providers whose evidence is verified: `insecure` (tests and development
-    /// only: proves nothing). Empty: attested CSRs fail `attestation` rules.
-    #[arg(
-        long = "attestation-provider",
-        env = "NODEAUTH_ATTESTATION_PROVIDERS",
-        value_delimiter = ','
-    )]
-    attestation_providers: Vec<String>,
-
-    /// PEM bundle of TPM manufacturer CAs that EK certificates must chain to (provider tpm).
-    #[arg(long, env = "NODEAUTH_TPM_EK_CA", value_name = "FILE")]
-    tpm_ek_ca: Option<PathBuf>,
-
-    /// File with the 32-byte key that signs TPM activation tickets (raw, or 64 hex digits);
-    /// every replica needs the same key (mount one Secret).
-    #[arg(long, env = "NODEAUTH_TPM_TICKET_KEY_FILE", value_name = "FILE")]
-    tpm_ticket_key_file: Option<PathBuf>,
-
-    /// EK pins by the operator (provider tpm): a file of `<node-name> sha256:<hex>` lines
-    /// (`#` comments), the hex being SHA-256 of the EK's DER SubjectPublicKeyInfo. A pinned
-    /// node name is attested only by its pinned EK, a pinned EK only for its pinned names
-    /// (checked when the challenge is issued and again on the CSR's evidence), whatever trust on
-    /// first use recorded. Machines of the --machines inventory pin their node likewise with
-    /// the annotation `cluster-x-k8s-io/tpm-endorsement-key` (`sha256:<hex>` or the EK's PEM
-    /// `PUBLIC KEY`). A pinned EK needs no certificate chaining to --tpm-ek-ca.
-    #[arg(long, env = "NODEAUTH_TPM_EK_ALLOWLIST", value_name = "FILE")]
-    tpm_ek_allowlist: Option<PathBuf>,
-
-    /// Serve the attestation endpoint (TPM challenges) here, e.g. 0.0.0.0:8443, while this
-    /// replica leads and its caches are synced. Nodes using `agent --attestation tpm` call it
-    /// before creating their CSR.
-    #[arg(long, env = "NODEAUTH_ATTESTATION_BIND_ADDRESS", value_name = "ADDR")]
-    attestation_bind_address: Option<std::net::SocketAddr>,
-
-    /// The attestation endpoint's TLS certificate (PEM, leaf first), re-read when it changes.
-    /// Agents verify it with the cluster CA from their discovery data (or their
-    /// --attestation-endpoint-ca-file): issue it from that CA for the name or IP in the agents'
-    /// --attestation-endpoint URL.
-    #[arg(
-        long,
-        env = "NODEAUTH_ATTESTATION_TLS_CERT_FILE",
-        value_name = "FILE",
-        requires = "attestation_tls_private_key_file"
-    )]
-    attestation_tls_cert_file: Option<PathBuf>,
-
-    /// The private key of --attestation-tls-cert-file (PEM), re-read when it changes.
-    #[arg(
-        long,
-        env = "NODEAUTH_ATTESTATION_TLS_PRIVATE_KEY_FILE",
-        value_name = "FILE",
-        requires = "attestation_tls_cert_file"
-    )]
-    attestation_tls_private_key_file: Option<PathBuf>,
-
-    /// Serve the attestation endpoint over plain HTTP instead of TLS. The TPM exchange itself
-    /// needs no secrecy, but without TLS a node cannot tell the approver from a machine in the
-    /// middle that wastes its challenges; only for tests and isolated networks.
-    #[arg(
-        long,
-        env = "NODEAUTH_ATTESTATION_INSECURE_HTTP",
-        conflicts_with = "attestation_tls_cert_file"
-    )]
-    attestation_insecure_http: bool,
-
-    /// Unanswered TPM challenges allowed at once per EK (a replayed request asking for many
-    /// names is refused beyond this).
-    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_EK", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
-    tpm_max_pending_per_ek: u32,
-
-    /// Unanswered TPM challenges allowed at once per node name.
-    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_NAME", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
-    tpm_max_pending_per_name: u32,
-
-    /// Unanswered TPM challenges allowed at once per source IP address (behind a proxy that
-    /// hides client addresses, all clients share one source: raise it).
-    #[arg(long, env = "NODEAUTH_TPM_MAX_PENDING_PER_SOURCE", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
-    tpm_max_pending_per_source: u32,
-
-    /// Namespace of the trust-on-first-use bindings (ConfigMaps) of verified attestations.
-    #[arg(
-        long,
-        env = "NODEAUTH_TOFU_NAMESPACE",
-        default_value = "nodeauth-system"
-    )]
-    tofu_namespace: String,
-
-    /// Namespace of the node-name reservations (Leases `nodeauth-name-<hash>`): a new node's
-    /// name is reserved from its approval until its Node registers or the reservation runs out,
-    /// and every other bootstrap CSR for it is denied.
-    #[arg(
-        long,
-        env = "NODEAUTH_RESERVATION_NAMESPACE",
-        default_value = "nodeauth-system"
-    )]
-    reservation_namespace: String,
-
-    /// How long a name reservation lasts when the CSR asks for no shorter certificate: the
-    /// longest client certificate your signer issues (its --max-duration).
-    #[arg(long, env = "NODEAUTH_NAME_RESERVATION_TTL", default_value = "8760h", value_parser = nodeauth_runtime::parse_duration)]
-    name_reservation_ttl: Duration,
-
-    /// The cluster's Service IP range(s), never issued in a serving certificate. Default: read
-    /// from the ServiceCIDR objects (kube-apiserver's --service-cluster-ip-range). Until the
-    /// range is known, every IP SAN is refused.
-    #[arg(
-        long = "service-cidr",
-        env = "NODEAUTH_SERVICE_CIDRS",
-        value_delimiter = ','
-    )]
-    service_cidrs: Vec<String>,
-
-    /// More names kube-apiserver is reached by (a load balancer's name, say), never issued in a
-    /// serving certificate; the SANs of the certificate it serves are read at start and
-    /// `kubernetes`, `kubernetes.default`, `kubernetes.default.svc[.<domain>]` always count.
-    #[arg(
-        long = "apiserver-name",
-        env = "NODEAUTH_APISERVER_NAMES",
-        value_delimiter = ','
-    )]
-    apiserver_names: Vec<String>,
-
-    /// Groups (organizations) refused in every client certificate, on top of `system:masters`
-    /// (always refused whatever the signer): your cluster-admin groups, say. Give the signer
-    /// the same list. Repeatable, or comma-separated.
-    #[arg(
-        long = "forbidden-group",
-        env = "NODEAUTH_FORBIDDEN_GROUPS",
-        value_delimiter = ','
-    )]
-    forbidden_groups: Vec<String>,
-
-    #[command(flatten)]
-    runtime: ControllerArgs,
-}
+use cli::{Cli, read_ticket_key};
 
 const CONTROLLER: &str = "approver";
-
-/// A ticket key file: 32 raw bytes, or 64 hex digits (surrounding whitespace ignored).
-fn read_ticket_key(path: &std::path::Path) -> Result<[u8; 32], String> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| format!("--tpm-ticket-key-file {}: {e}", path.display()))?;
-    if let Ok(raw) = <[u8; 32]>::try_from(bytes.as_slice()) {
-        return Ok(raw);
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let hex = text.trim();
-    let mut key = [0u8; 32];
-    if hex.len() != 64 {
-        return Err(format!(
-            "--tpm-ticket-key-file {}: expected 32 bytes or 64 hex digits",
-            path.display()
-        ));
-    }
-    for (i, slot) in key.iter_mut().enumerate() {
-        *slot = u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or(""), 16)
-            .map_err(|_| format!("--tpm-ticket-key-file {}: not hex", path.display()))?;
-    }
-    Ok(key)
-}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
