@@ -11,7 +11,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeauth_k8s::csr::{ConditionType, append_condition};
-use nodeauth_k8s::{ApiErrorKind, Written, csr_state};
+use nodeauth_k8s::error::is_conflict;
+use nodeauth_k8s::{Written, csr_state};
 use nodeauth_policy::k8s::{csr_facts, node_facts};
 use nodeauth_policy::{
     CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation, Policy, Rule, RuleResult,
@@ -569,8 +570,4 @@ pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<C
     let delay = ctx.failures.failed(&name);
     tracing::warn!(csr = %name, error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
-}
-
-fn is_conflict(e: &kube::Error) -> bool {
-    ApiErrorKind::of(e) == ApiErrorKind::Conflict
 }

@@ -41,12 +41,11 @@ fn read_kubeconfig(path: &Path) -> anyhow::Result<Kubeconfig> {
 
 pub use nodeauth_token::k8s::{secret_from_k8s, secret_to_k8s};
 
-/// Whether a kube error is the API server's NotFound.
-pub fn is_not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.is_not_found())
-}
+/// Whether a kube error is the API server's NotFound (404).
+pub use nodeauth_k8s::error::is_not_found;
 
-/// Whether a kube error is the API server's AlreadyExists.
+/// Whether a kube error is the API server's AlreadyExists: a create answered 409 (the name is
+/// taken; a create has no resourceVersion to conflict with).
 pub fn is_already_exists(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.is_already_exists())
+    nodeauth_k8s::error::is_conflict(e)
 }
