@@ -3,9 +3,10 @@
 //! One kube-runtime `Controller` on the `bootstrap.kubernetes.io/token` Secrets of kube-system.
 //! Each reconcile asks `nodeauth_token::signer::plan_cleanup` (pure) whether the token has
 //! expired (an unparseable expiration counts as expired, as upstream): if so, the Secret is
-//! deleted with UID and resourceVersion preconditions (a re-created or changed Secret of the
-//! same name survives; not-found and conflict mean someone else acted, not an error); if not, the reconcile is requeued for exactly
-//! its expiry instant — no polling. Leader election, metrics, health endpoints and graceful
+//! deleted with UID and resourceVersion preconditions (`nodeauth_k8s::delete_unchanged`: a
+//! re-created or changed Secret of the same name survives; not-found and conflict mean someone
+//! else acted, not an error); if not, the reconcile is requeued for exactly its expiry instant
+//! — no polling. Leader election, metrics, health endpoints and graceful
 //! shutdown come from `nodeauth-runtime`. Token secrets are never logged; token ids are public.
 
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //!   denied, failed), its conditions and certificate, and the two writes made to it
 //!   ([`csr::append_condition`] through `approval` or `status`, [`csr::write_certificate`]),
 //!   each carrying the object as it was read.
-//! - [`write`]: [`Written`], the outcome of every conditional write (written, conflict,
+//! - [`write`](mod@write): [`Written`], the outcome of every conditional write (written, conflict,
 //!   gone), and [`delete_unchanged`] (UID and resourceVersion preconditions).
 //! - [`error`]: [`ApiErrorKind`], what a failed call means (not found, conflict, forbidden,
 //!   retryable, ...), so no caller matches HTTP status codes itself.
