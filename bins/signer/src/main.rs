@@ -12,8 +12,8 @@
 //!   they change; each signer's CA bundle is published (ClusterTrustBundle, else ConfigMap);
 //! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
 //!
-//! Flags are in `cli.rs`. No key material is ever logged; each issued certificate gets one audit line (serial,
-//! subject, signer, NotAfter).
+//! Flags are in `cli.rs`. No key material is ever logged; each issued certificate gets one
+//! audit line (serial, subject, signer, NotAfter).
 
 mod cas;
 mod cli;

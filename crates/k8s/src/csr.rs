@@ -8,7 +8,8 @@
 //!
 //! ```
 //! use k8s_openapi::api::certificates::v1::{
-//!     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+//!     CertificateSigningRequest, CertificateSigningRequestCondition,
+//!     CertificateSigningRequestStatus,
 //! };
 //! use nodeauth_k8s::csr::{CsrState, condition, csr_state};
 //!

@@ -8,8 +8,8 @@
 //!   denied, failed), its conditions and certificate, and the two writes made to it
 //!   ([`csr::append_condition`] through `approval` or `status`, [`csr::write_certificate`]),
 //!   each carrying the object as it was read.
-//! - [`write`](mod@write): [`Written`], the outcome of every conditional write (written, conflict,
-//!   gone), and [`delete_unchanged`] (UID and resourceVersion preconditions).
+//! - [`write`](mod@write): [`Written`], the outcome of every conditional write (written,
+//!   conflict, gone), and [`delete_unchanged`] (UID and resourceVersion preconditions).
 //! - [`error`]: [`ApiErrorKind`], what a failed call means (not found, conflict, forbidden,
 //!   retryable, ...), so no caller matches HTTP status codes itself.
 //! - [`bundle`]: a signer's CA bundle published as a ClusterTrustBundle, else a ConfigMap.
@@ -30,7 +30,8 @@
 //! use nodeauth_k8s::{ApiErrorKind, Written};
 //!
 //! // A write that lost a race is an outcome, not an error.
-//! let conflict = kube::Error::Api(kube::core::Status::failure("changed", "Conflict").with_code(409).boxed());
+//! let status = kube::core::Status::failure("changed", "Conflict").with_code(409);
+//! let conflict = kube::Error::Api(status.boxed());
 //! assert_eq!(ApiErrorKind::of(&conflict), ApiErrorKind::Conflict);
 //! assert_eq!(Written::from_result::<()>(Err(conflict)).unwrap(), Written::Conflict);
 //! ```

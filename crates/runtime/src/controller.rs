@@ -37,8 +37,10 @@ use crate::health::ReadinessGate;
 /// }
 ///
 /// # async fn f(client: kube::Client, stop: CancellationToken) {
-/// let controller = Controller::new(kube::Api::<ConfigMap>::all(client), watcher::Config::default());
-/// run_controller(controller, reconcile, |_, _, _| Action::await_change(), Arc::new(()), None, stop).await;
+/// let api = kube::Api::<ConfigMap>::all(client);
+/// let controller = Controller::new(api, watcher::Config::default());
+/// let error_policy = |_, _: &Never, _| Action::await_change();
+/// run_controller(controller, reconcile, error_policy, Arc::new(()), None, stop).await;
 /// # }
 /// ```
 pub async fn run_controller<K, ReconcileFut, Ctx>(
