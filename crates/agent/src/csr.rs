@@ -18,7 +18,7 @@ use nodeauth_attest::{AttestError, Attestor, attested_csr};
 use nodeauth_csr::{
     BuildError, CsrBuilder, CsrSigningKey, KUBE_APISERVER_CLIENT_KUBELET, KUBELET_SERVING,
 };
-use nodeauth_k8s::csr::{CsrState, certificate, condition, csr_state};
+use nodeauth_k8s::csr::{CsrState, certificate, csr_state, deciding_condition};
 use nodeauth_k8s::error::is_conflict;
 use sha2::{Digest, Sha512_256};
 
@@ -374,8 +374,8 @@ fn inspect(csr: &CertificateSigningRequest, sub: &Submitted) -> Result<Seen, Csr
     if csr.metadata.uid.as_deref().unwrap_or_default() != sub.uid {
         return Err(CsrError::Deleted(sub.name.clone()));
     }
-    let said = |type_: &str| {
-        let c = condition(csr, type_);
+    let why = || {
+        let c = deciding_condition(csr);
         (
             c.and_then(|c| c.reason.clone()).unwrap_or_default(),
             c.and_then(|c| c.message.clone()).unwrap_or_default(),
@@ -383,7 +383,7 @@ fn inspect(csr: &CertificateSigningRequest, sub: &Submitted) -> Result<Seen, Csr
     };
     match csr_state(csr) {
         CsrState::Denied => {
-            let (reason, message) = said("Denied");
+            let (reason, message) = why();
             Err(CsrError::Denied {
                 name: sub.name.clone(),
                 reason,
@@ -391,7 +391,7 @@ fn inspect(csr: &CertificateSigningRequest, sub: &Submitted) -> Result<Seen, Csr
             })
         }
         CsrState::Failed => {
-            let (reason, message) = said("Failed");
+            let (reason, message) = why();
             Err(CsrError::Failed {
                 name: sub.name.clone(),
                 reason,

@@ -92,6 +92,20 @@ pub fn condition<'a>(
         .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == "True"))
 }
 
+/// The condition behind [`csr_state`]: the Denied, Failed or Approved condition that decided
+/// it (its reason and message say why); `None` while pending.
+pub fn deciding_condition(
+    csr: &CertificateSigningRequest,
+) -> Option<&CertificateSigningRequestCondition> {
+    let type_ = match csr_state(csr) {
+        CsrState::Pending => return None,
+        CsrState::Approved | CsrState::Issued => ConditionType::Approved,
+        CsrState::Denied => ConditionType::Denied,
+        CsrState::Failed => ConditionType::Failed,
+    };
+    condition(csr, type_.as_str())
+}
+
 /// `status.certificate` when it is set and not empty (whether or not the CSR is approved:
 /// [`csr_state`] says [`CsrState::Issued`] only for an approved one).
 pub fn certificate(csr: &CertificateSigningRequest) -> Option<&[u8]> {
@@ -275,6 +289,26 @@ mod tests {
         for s in [Approved, Issued, Denied, Failed] {
             assert!(s.is_decided());
         }
+    }
+
+    #[test]
+    fn the_deciding_condition_is_the_one_behind_the_state() {
+        let c = csr(&[("Approved", "True"), ("Failed", "True")], Some(b"PEM"));
+        assert_eq!(
+            deciding_condition(&c).map(|c| c.type_.as_str()),
+            Some("Failed")
+        );
+        let c = csr(&[("Approved", "True")], Some(b"PEM"));
+        assert_eq!(
+            deciding_condition(&c).map(|c| c.type_.as_str()),
+            Some("Approved")
+        );
+        let c = csr(&[("Failed", "True"), ("Denied", "True")], None);
+        assert_eq!(
+            deciding_condition(&c).map(|c| c.type_.as_str()),
+            Some("Denied")
+        );
+        assert!(deciding_condition(&csr(&[("Approved", "False")], None)).is_none());
     }
 
     #[test]

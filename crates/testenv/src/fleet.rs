@@ -12,7 +12,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
-use nodeauth_k8s::csr::{CsrState, certificate, condition, csr_state};
+use nodeauth_k8s::csr::{CsrState, certificate, csr_state, deciding_condition};
 
 use crate::{ControlPlane, Error, Kubelet, KubeletOptions};
 
@@ -145,13 +145,13 @@ fn ready(n: &Node) -> bool {
 }
 
 fn decided(csr: &CertificateSigningRequest) -> (Decided, String) {
-    let (d, type_) = match csr_state(csr) {
-        CsrState::Pending => return (Decided::Pending, String::new()),
-        CsrState::Approved | CsrState::Issued => (Decided::Approved, "Approved"),
-        CsrState::Denied => (Decided::Denied, "Denied"),
-        CsrState::Failed => (Decided::Failed, "Failed"),
+    let d = match csr_state(csr) {
+        CsrState::Pending => Decided::Pending,
+        CsrState::Approved | CsrState::Issued => Decided::Approved,
+        CsrState::Denied => Decided::Denied,
+        CsrState::Failed => Decided::Failed,
     };
-    let reason = condition(csr, type_)
+    let reason = deciding_condition(csr)
         .and_then(|c| c.reason.clone())
         .unwrap_or_default();
     (d, reason)
