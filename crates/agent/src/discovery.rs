@@ -406,9 +406,157 @@ pub fn file_or_url(arg: &str) -> DiscoverySource {
     }
 }
 
+/// Why the discovery flags (kubeadm's `join` flags) describe no usable source.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiscoveryFlagsError {
+    /// A CA pin is malformed.
+    #[error("--discovery-token-ca-cert-hash: {0}")]
+    BadPin(#[from] PinError),
+    /// Token discovery with neither pins nor the explicit unsafe skip.
+    #[error(
+        "token discovery needs --discovery-token-ca-cert-hash (or, unsafely, \
+         --discovery-token-unsafe-skip-ca-verification)"
+    )]
+    NoPin,
+    /// Pins and the unsafe skip together.
+    #[error(
+        "--discovery-token-ca-cert-hash and --discovery-token-unsafe-skip-ca-verification \
+         exclude each other"
+    )]
+    PinAndSkip,
+    /// A server without a token.
+    #[error("--server needs --token")]
+    NoToken,
+    /// Neither (or both) of a server and a discovery file.
+    #[error("give --server with --token (token discovery) or --discovery-file")]
+    NoSource,
+}
+
+impl CaVerification {
+    /// From `--discovery-token-ca-cert-hash` (`pins`) and
+    /// `--discovery-token-unsafe-skip-ca-verification` (`unsafe_skip`): exactly one of them.
+    ///
+    /// ```
+    /// use nodeauth_agent::discovery::{CaVerification, DiscoveryFlagsError};
+    /// let pin = format!("sha256:{}", "ab".repeat(32));
+    /// assert!(matches!(CaVerification::from_flags(&[pin], false), Ok(CaVerification::Pinned(_))));
+    /// assert!(matches!(CaVerification::from_flags(&[], true), Ok(CaVerification::UnsafeSkip)));
+    /// assert_eq!(CaVerification::from_flags(&[], false).unwrap_err(), DiscoveryFlagsError::NoPin);
+    /// ```
+    ///
+    /// # Errors
+    /// [`DiscoveryFlagsError::BadPin`], [`DiscoveryFlagsError::NoPin`] or
+    /// [`DiscoveryFlagsError::PinAndSkip`].
+    pub fn from_flags(pins: &[String], unsafe_skip: bool) -> Result<Self, DiscoveryFlagsError> {
+        match (pins.is_empty(), unsafe_skip) {
+            (false, false) => Ok(CaVerification::Pinned(PinSet::parse(
+                pins.iter().map(String::as_str),
+            )?)),
+            (true, true) => Ok(CaVerification::UnsafeSkip),
+            (true, false) => Err(DiscoveryFlagsError::NoPin),
+            (false, true) => Err(DiscoveryFlagsError::PinAndSkip),
+        }
+    }
+}
+
+/// The discovery flags of `agent join` (kubeadm's names).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiscoveryFlags<'a> {
+    /// `--server`: the API server for token discovery.
+    pub server: Option<&'a str>,
+    /// `--token`, parsed.
+    pub token: Option<&'a BootstrapToken>,
+    /// `--discovery-token-ca-cert-hash`.
+    pub ca_cert_hashes: &'a [String],
+    /// `--discovery-token-unsafe-skip-ca-verification`.
+    pub unsafe_skip_ca_verification: bool,
+    /// `--discovery-file`: a path or an `https://` URL.
+    pub file: Option<&'a str>,
+}
+
+impl DiscoveryFlags<'_> {
+    /// The source the flags describe: token discovery (`server` with `token` and the CA
+    /// verification) or a file/URL.
+    ///
+    /// # Errors
+    /// A [`DiscoveryFlagsError`] naming the flags to fix.
+    pub fn source(&self) -> Result<DiscoverySource, DiscoveryFlagsError> {
+        match (self.server, self.file) {
+            (Some(server), None) => {
+                let token = self.token.cloned().ok_or(DiscoveryFlagsError::NoToken)?;
+                let ca = CaVerification::from_flags(
+                    self.ca_cert_hashes,
+                    self.unsafe_skip_ca_verification,
+                )?;
+                Ok(DiscoverySource::Token {
+                    server: server.to_owned(),
+                    token,
+                    ca,
+                })
+            }
+            (None, Some(file)) => Ok(file_or_url(file)),
+            _ => Err(DiscoveryFlagsError::NoSource),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_describe_one_source() {
+        let token = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        let pins = [format!("sha256:{}", "ab".repeat(32))];
+        let token_flags = DiscoveryFlags {
+            server: Some("10.0.0.1:6443"),
+            token: Some(&token),
+            ca_cert_hashes: &pins,
+            ..DiscoveryFlags::default()
+        };
+        assert!(matches!(
+            token_flags.source(),
+            Ok(DiscoverySource::Token {
+                ca: CaVerification::Pinned(_),
+                ..
+            })
+        ));
+        let no_token = DiscoveryFlags {
+            token: None,
+            ..token_flags
+        };
+        assert_eq!(no_token.source().unwrap_err(), DiscoveryFlagsError::NoToken);
+        let both = DiscoveryFlags {
+            unsafe_skip_ca_verification: true,
+            ..token_flags
+        };
+        assert_eq!(both.source().unwrap_err(), DiscoveryFlagsError::PinAndSkip);
+        let bad = [String::from("md5:00")];
+        let bad = DiscoveryFlags {
+            ca_cert_hashes: &bad,
+            ..token_flags
+        };
+        assert!(matches!(bad.source(), Err(DiscoveryFlagsError::BadPin(_))));
+        assert!(
+            bad.source()
+                .unwrap_err()
+                .to_string()
+                .starts_with("--discovery-token-ca-cert-hash: ")
+        );
+        let file = DiscoveryFlags {
+            file: Some("https://example.invalid/kubeconfig"),
+            ..DiscoveryFlags::default()
+        };
+        assert!(matches!(file.source(), Ok(DiscoverySource::Url(_))));
+        let neither = DiscoveryFlags::default();
+        assert_eq!(neither.source().unwrap_err(), DiscoveryFlagsError::NoSource);
+        let two = DiscoveryFlags {
+            file: Some("/x"),
+            ..token_flags
+        };
+        assert_eq!(two.source().unwrap_err(), DiscoveryFlagsError::NoSource);
+    }
 
     #[test]
     fn server_urls() {

@@ -16,7 +16,11 @@
 //! - [`node`]: [`NodeAgent::ensure`] ties it together over a `nodeauth-certstore` cert dir,
 //!   under its lock.
 //! - [`rotation`]: jittered renewal deadlines (70–90% of the lifetime) and backoff.
-//! - [`exec`]: the `client.authentication.k8s.io/v1` ExecCredential.
+//! - [`rotator`]: the rotation daemon (client and serving tracks, deadlines, refusal waits,
+//!   backoff) on an injected clock, reporting events for logs and metrics.
+//! - [`join`]: the join flow (discovery, bootstrap kubeconfig, client certificate, the
+//!   kubelet's kubeconfig); [`serving`]: the serving certificate's SANs.
+//! - [`exec`]: the `client.authentication.k8s.io/v1` ExecCredential and when to hand it out.
 //! - [`attestation`]: attesting each request with the key it carries.
 //! - `tpm` (feature `tpm`, links libtss2): TPM 2.0 attestation — credential activation through
 //!   the approver's attestation endpoint, then TPM2_Certify of the CSR key.
@@ -68,9 +72,12 @@ pub mod attestation;
 pub mod csr;
 pub mod discovery;
 pub mod exec;
+pub mod join;
 pub mod kubeconfig;
 pub mod node;
 pub mod rotation;
+pub mod rotator;
+pub mod serving;
 #[cfg(feature = "tpm")]
 pub mod tpm;
 
