@@ -13,7 +13,9 @@
 //! 5. builds the CSR with TPM2_Certify of the CSR key (which must be P-256) by the AK, bound to
 //!    the ticket.
 //!
-//! The exchange is HTTP/1.1 (one request per connection), over TLS for an `https://` endpoint.
+//! The exchange is HTTP/1.1 (hyper, one request per connection), over TLS (tokio-rustls) for an
+//! `https://` endpoint; each call has one deadline for everything (connecting, TLS, the request
+//! and the whole answer), and answers larger than 1 MiB are refused.
 //! The endpoint's certificate is verified against [`EndpointTrust`]: by default the cluster CA
 //! the agent got from discovery (the CA in its bootstrap kubeconfig, which discovery verified
 //! against the token's CA pin), or an explicit CA file; and for the endpoint's host name or IP.
@@ -24,9 +26,11 @@
 //!
 //! Every error names its step ([`TpmError`]).
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpStream, ToSocketAddrs as _};
 use std::time::Duration;
+
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 
 use nodeauth_attest::{AttestError, attested_csr};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
@@ -43,8 +47,8 @@ use crate::csr::PrepareError;
 /// The TCTI used when none is configured: the kernel's TPM resource manager.
 pub const DEFAULT_TCTI: &str = "device:/dev/tpmrm0";
 
-/// Largest answer read from the endpoint.
-const MAX_ANSWER: u64 = 1 << 20;
+/// Largest answer read from the endpoint (a larger one is an error).
+const MAX_ANSWER: usize = 1 << 20;
 
 /// Which call to the attestation endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -255,7 +259,7 @@ pub struct TpmAttestation {
 impl TpmAttestation {
     /// Attests with the TPM at `tcti` through `endpoint` (its TLS certificate verified with
     /// `trust`), reporting `provider_id` (the ProviderID put in the CSR). Network calls time
-    /// out after 30 s by default.
+    /// out after 30 s by default ([`TpmAttestation::with_timeout`]).
     pub fn new(
         tcti: impl Into<String>,
         endpoint: Endpoint,
@@ -271,7 +275,8 @@ impl TpmAttestation {
         }
     }
 
-    /// Replaces the connect/read/write timeout of each endpoint call.
+    /// Replaces the deadline of each endpoint call (connecting, TLS, the request and the whole
+    /// answer together; 30 s by default).
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -336,63 +341,42 @@ impl TpmAttestation {
         }
     }
 
-    /// POSTs `body` to `path`; the body of a 200 answer, or the endpoint's refusal.
+    /// POSTs `body` to `path`, blocking (from a thread that is not running async tasks:
+    /// [`RequestAttestation::attested_pem`] runs the exchange on tokio's blocking pool); see
+    /// [`TpmAttestation::post_async`].
     fn post(&self, step: Step, path: &str, body: &str) -> Result<String, TpmError> {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => handle.block_on(self.post_async(step, path, body)),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| TpmError::Http {
+                    step,
+                    url: self.endpoint.url(path),
+                    source,
+                })?
+                .block_on(self.post_async(step, path, body)),
+        }
+    }
+
+    /// POSTs `body` to `path` under one deadline ([`TpmAttestation::with_timeout`]); the body
+    /// of a 200 answer, or the endpoint's refusal.
+    async fn post_async(&self, step: Step, path: &str, body: &str) -> Result<String, TpmError> {
         let url = self.endpoint.url(path);
-        let io = |source| TpmError::Http {
-            step,
-            url: url.clone(),
-            source,
-        };
-        let addrs = (self.endpoint.host.as_str(), self.endpoint.port)
-            .to_socket_addrs()
-            .map_err(io)?;
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-        let mut stream = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(&addr, self.timeout) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
+        let (status, text) =
+            match tokio::time::timeout(self.timeout, self.exchange(step, path, body, &url)).await {
+                Ok(answer) => answer?,
+                Err(_) => {
+                    return Err(TpmError::Http {
+                        step,
+                        url,
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no complete answer within {:?}", self.timeout),
+                        ),
+                    });
                 }
-                Err(e) => last = e,
-            }
-        }
-        let stream = stream.ok_or_else(|| io(last))?;
-        stream
-            .set_read_timeout(Some(self.timeout))
-            .and_then(|()| stream.set_write_timeout(Some(self.timeout)))
-            .map_err(io)?;
-        let mut stream: Box<dyn ReadWrite> = if self.endpoint.tls {
-            let config = self.tls_config()?;
-            let name = rustls::pki_types::ServerName::try_from(self.endpoint.host.clone())
-                .map_err(|e| self.bad_endpoint(&format!("host {:?}: {e}", self.endpoint.host)))?;
-            let conn = rustls::ClientConnection::new(config, name)
-                .map_err(|e| io(std::io::Error::other(format!("TLS: {e}"))))?;
-            Box::new(rustls::StreamOwned::new(conn, stream))
-        } else {
-            Box::new(stream)
-        };
-        let request = format!(
-            "POST {}{path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.endpoint.prefix,
-            self.endpoint.host_header(),
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).map_err(io)?;
-        let mut raw = Vec::new();
-        match stream.take(MAX_ANSWER).read_to_end(&mut raw) {
-            Ok(_) => {}
-            // A TLS peer that closes without close_notify after a whole response.
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-            Err(e) => return Err(io(e)),
-        }
-        let (status, text) = parse_response(&raw).map_err(|reason| TpmError::BadAnswer {
-            step,
-            url: url.clone(),
-            reason,
-        })?;
+            };
         if status == 200 {
             return Ok(text);
         }
@@ -408,11 +392,144 @@ impl TpmAttestation {
             message,
         })
     }
+
+    /// Connects (TLS for `https://`), sends the request and reads the answer: its status and
+    /// body (at most [`MAX_ANSWER`] bytes, UTF-8).
+    async fn exchange(
+        &self,
+        step: Step,
+        path: &str,
+        body: &str,
+        url: &str,
+    ) -> Result<(u16, String), TpmError> {
+        let io = |source| TpmError::Http {
+            step,
+            url: url.to_owned(),
+            source,
+        };
+        let bad_answer = |reason: String| TpmError::BadAnswer {
+            step,
+            url: url.to_owned(),
+            reason,
+        };
+        let tcp = tokio::net::TcpStream::connect((self.endpoint.host.as_str(), self.endpoint.port))
+            .await
+            .map_err(io)?;
+        let request = hyper::Request::post(format!("{}{path}", self.endpoint.prefix))
+            .header(hyper::header::HOST, self.endpoint.host_header())
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(hyper::header::CONNECTION, "close")
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .map_err(|e| self.bad_endpoint(&format!("request: {e}")))?;
+        let answer = if self.endpoint.tls {
+            let config = self.tls_config()?;
+            let name = rustls::pki_types::ServerName::try_from(self.endpoint.host.clone())
+                .map_err(|e| self.bad_endpoint(&format!("host {:?}: {e}", self.endpoint.host)))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(io)?;
+            send(tls, request).await
+        } else {
+            send(tcp, request).await
+        };
+        let (status, bytes) = answer.map_err(|e| match e {
+            SendError::Io(source) => io(source),
+            SendError::Answer(reason) => bad_answer(reason),
+        })?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| bad_answer("the body is not UTF-8".into()))?;
+        Ok((status, text))
+    }
 }
 
-/// A byte stream: TCP, or TLS over TCP.
-trait ReadWrite: std::io::Read + std::io::Write {}
-impl<T: std::io::Read + std::io::Write> ReadWrite for T {}
+/// How one HTTP/1.1 exchange failed.
+enum SendError {
+    /// The connection failed.
+    Io(std::io::Error),
+    /// The answer is not a usable HTTP response.
+    Answer(String),
+}
+
+/// The error and its causes, on one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+impl From<hyper::Error> for SendError {
+    /// Connection failures are I/O errors; malformed or truncated answers (which hyper reports
+    /// as parse errors, or as invalid-data I/O errors inside a body) are bad answers.
+    fn from(e: hyper::Error) -> Self {
+        let io = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .filter(|io| {
+                !matches!(
+                    io.kind(),
+                    std::io::ErrorKind::InvalidData
+                        | std::io::ErrorKind::InvalidInput
+                        | std::io::ErrorKind::UnexpectedEof
+                )
+            })
+            .map(|io| std::io::Error::new(io.kind(), chain(&e)));
+        match io {
+            Some(io) if !e.is_parse() => SendError::Io(io),
+            _ => SendError::Answer(chain(&e)),
+        }
+    }
+}
+
+/// Sends `request` over `stream` (one request, then the connection is closed) and reads the
+/// answer's status and body, refusing a body over [`MAX_ANSWER`].
+async fn send<S>(
+    stream: S,
+    request: hyper::Request<Full<Bytes>>,
+) -> Result<(u16, Vec<u8>), SendError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    let exchange = async move {
+        let response = sender.send_request(request).await?;
+        let status = response.status().as_u16();
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|e| match e.downcast::<hyper::Error>() {
+                Ok(e) => SendError::from(*e),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    SendError::Answer(format!("the answer is larger than {MAX_ANSWER} bytes"))
+                }
+                Err(e) => SendError::Answer(chain(&*e)),
+            })?;
+        Ok::<_, SendError>((status, body.to_bytes().to_vec()))
+    };
+    // The connection is driven here, not spawned: when the caller's deadline drops this
+    // future, the socket is closed with it.
+    let mut exchange = std::pin::pin!(exchange);
+    let mut conn = std::pin::pin!(conn);
+    let mut conn_done = false;
+    loop {
+        tokio::select! {
+            answer = &mut exchange => return answer,
+            done = &mut conn, if !conn_done => {
+                conn_done = true;
+                // A broken connection fails the exchange too (with the same error); a finished
+                // one has delivered the answer.
+                if let Err(e) = done {
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+}
 
 impl TpmAttestation {
     fn bad_endpoint(&self, reason: &str) -> TpmError {
@@ -521,62 +638,6 @@ fn open_ek(agent: &mut TpmAgent) -> Result<(Ek, Option<Vec<u8>>), TpmError> {
     Err(TpmError::Ek(failures.join("; ")))
 }
 
-/// Status and body of an HTTP/1.x response read to the end (identity or chunked body).
-fn parse_response(raw: &[u8]) -> Result<(u16, String), String> {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("no end of headers")?;
-    let (head, body) = raw.split_at(split);
-    let body = body.get(4..).unwrap_or_default();
-    let head = std::str::from_utf8(head).map_err(|_| "headers are not text")?;
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().unwrap_or_default();
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        return Err(format!("not an HTTP/1 response: {status_line:?}"));
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status code in {status_line:?}"))?;
-    let chunked = lines.any(|l| {
-        l.split_once(':').is_some_and(|(k, v)| {
-            k.trim().eq_ignore_ascii_case("transfer-encoding")
-                && v.to_ascii_lowercase().contains("chunked")
-        })
-    });
-    let body = if chunked {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    let text = String::from_utf8(body).map_err(|_| "the body is not UTF-8")?;
-    Ok((status, text))
-}
-
-fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let eol = body
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("truncated chunk size")?;
-        let (line, rest) = body.split_at(eol);
-        let line = std::str::from_utf8(line).map_err(|_| "bad chunk size")?;
-        let size = usize::from_str_radix(line.split(';').next().unwrap_or_default().trim(), 16)
-            .map_err(|_| format!("bad chunk size {line:?}"))?;
-        let rest = rest.get(2..).ok_or("truncated chunk")?;
-        if size == 0 {
-            return Ok(out);
-        }
-        let chunk = rest.get(..size).ok_or("truncated chunk")?;
-        out.extend_from_slice(chunk);
-        body = rest.get(size + 2..).ok_or("truncated chunk")?;
-    }
-}
-
 impl RequestAttestation for TpmAttestation {
     fn provider(&self) -> &str {
         PROVIDER
@@ -607,6 +668,7 @@ impl RequestAttestation for TpmAttestation {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
 
     #[test]
     fn endpoints_parse_with_https_or_http() {
@@ -688,21 +750,172 @@ mod tests {
         assert!(err.contains("no certificate"), "{err}");
     }
 
+    /// A one-connection plain HTTP server on loopback: reads the request, then writes each
+    /// part of `answer` with `pause` before it, then closes. Its endpoint.
+    fn raw_server(answer: Vec<Vec<u8>>, pause: Duration) -> TpmAttestation {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            for part in answer {
+                std::thread::sleep(pause);
+                if s.write_all(&part).is_err() {
+                    return;
+                }
+            }
+        });
+        TpmAttestation::new(
+            "unused",
+            Endpoint::parse(&format!("http://127.0.0.1:{port}")).unwrap(),
+            EndpointTrust::ClusterCa(vec![]),
+            "tpm://n",
+        )
+    }
+
+    fn answer(raw: &[u8]) -> Result<String, TpmError> {
+        raw_server(vec![raw.to_vec()], Duration::ZERO).post(Step::Activate, ACTIVATE_PATH, "{}")
+    }
+
     #[test]
-    fn responses_parse_with_length_or_chunks() {
-        let (s, b) = parse_response(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
-        assert_eq!((s, b.as_str()), (200, "{}"));
-        let (s, b) = parse_response(
-            b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n",
+    fn answers_with_a_length_or_in_chunks_are_read() {
+        let got = answer(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap();
+        assert_eq!(got, "{}");
+        let got = answer(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x\r\nde\r\n0\r\n\r\n",
         )
         .unwrap();
-        assert_eq!((s, b.as_str()), (403, "abcde"));
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\n").is_err());
-        assert!(parse_response(b"SSH-2.0\r\n\r\n").is_err());
-        assert!(
-            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
-                .is_err()
+        assert_eq!(got, "abcde");
+        // A refusal in chunks.
+        let e = answer(
+            b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{\"code\":\"\r\n1e\r\nx.y\",\"message\":\"split answer\"}\r\n0\r\n\r\n",
+        )
+        .unwrap_err();
+        match e {
+            TpmError::Refused {
+                status: 403,
+                code,
+                message,
+                ..
+            } => assert_eq!((code.as_str(), message.as_str()), ("x.y", "split answer")),
+            other => panic!("{other:?}"),
+        }
+        // Without a length, the body ends with the connection.
+        assert_eq!(
+            answer(b"HTTP/1.1 200 OK\r\n\r\nuntil-close").unwrap(),
+            "until-close"
         );
+    }
+
+    #[test]
+    fn garbage_and_truncated_answers_are_refused() {
+        for raw in [
+            &b"SSH-2.0-OpenSSH_9.6\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n\xff\xfe",
+            b"",
+        ] {
+            let e = answer(raw).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    TpmError::BadAnswer {
+                        step: Step::Activate,
+                        ..
+                    }
+                ),
+                "{:?}: {e:?}",
+                String::from_utf8_lossy(raw)
+            );
+            assert!(
+                e.to_string().contains("answering the credential challenge"),
+                "{e}"
+            );
+        }
+        let e = answer(b"SSH-2.0-OpenSSH_9.6\r\n\r\n").unwrap_err();
+        assert!(matches!(e, TpmError::BadAnswer { .. }), "{e:?}");
+        let e = answer(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n\xff\xfe").unwrap_err();
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn an_oversized_answer_is_an_error() {
+        let mut big = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            MAX_ANSWER + 1
+        )
+        .into_bytes();
+        big.resize(big.len() + MAX_ANSWER + 1, b'a');
+        let e = answer(&big).unwrap_err();
+        assert!(matches!(e, TpmError::BadAnswer { .. }), "{e:?}");
+        assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
+        // The same in chunks, with no length announced.
+        let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..17 {
+            chunked.extend_from_slice(b"10000\r\n");
+            chunked.resize(chunked.len() + 0x10000, b'a');
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let e = answer(&chunked).unwrap_err();
+        assert!(e.to_string().contains("larger than 1048576 bytes"), "{e}");
+        // Exactly the limit is fine.
+        let mut max =
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {MAX_ANSWER}\r\n\r\n").into_bytes();
+        max.resize(max.len() + MAX_ANSWER, b'a');
+        assert_eq!(answer(&max).unwrap().len(), MAX_ANSWER);
+    }
+
+    #[test]
+    fn one_deadline_covers_the_whole_call() {
+        // No answer at all.
+        let silent = raw_server(vec![Vec::new()], Duration::from_secs(5))
+            .with_timeout(Duration::from_millis(300));
+        let started = std::time::Instant::now();
+        let e = silent
+            .post(Step::Challenge, CHALLENGE_PATH, "{}")
+            .unwrap_err();
+        assert!(
+            matches!(&e, TpmError::Http { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+            "{e:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        // An answer that keeps trickling in: each byte is on time, the whole is not.
+        let mut parts = vec![b"HTTP/1.1 200 OK\r\ncontent-length: 40\r\n\r\n".to_vec()];
+        parts.extend((0..40).map(|_| b"a".to_vec()));
+        let drip =
+            raw_server(parts, Duration::from_millis(50)).with_timeout(Duration::from_millis(500));
+        let started = std::time::Instant::now();
+        let e = drip
+            .post(Step::Challenge, CHALLENGE_PATH, "{}")
+            .unwrap_err();
+        assert!(
+            matches!(&e, TpmError::Http { source, .. } if source.kind() == std::io::ErrorKind::TimedOut),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("no complete answer within 500ms"),
+            "{e}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_blocking_call_works_on_the_blocking_pool() {
+        let a = raw_server(
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()],
+            Duration::ZERO,
+        );
+        let got =
+            tokio::task::spawn_blocking(move || a.post(Step::Challenge, CHALLENGE_PATH, "{}"))
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(got, "ok");
     }
 
     #[test]
