@@ -157,7 +157,7 @@ fn emit(path: &Path, yaml: &str) -> anyhow::Result<()> {
         out(yaml.trim_end());
         return Ok(());
     }
-    nodeauth_agent::kubeconfig::write_private(path, yaml)?;
+    nodeauth_certstore::write_private(path, yaml.as_bytes())?;
     err(&format!(
         "bootstrap kubeconfig written to {}",
         path.display()
@@ -197,7 +197,7 @@ async fn token(a: TokenArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let yaml = nodeauth_agent::kubeconfig::bootstrap_token_kubeconfig(&info, &token);
+    let yaml = nodeauth_token::kubeconfig::bootstrap_token_kubeconfig(&info, &token);
     emit(&a.common.output, &yaml)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -287,7 +287,7 @@ async fn service_account(a: ServiceAccountArgs) -> anyhow::Result<ExitCode> {
         .filter(|t| !t.is_empty())
         .context("the TokenRequest returned no token")?;
     let user = format!("system:serviceaccount:{}:{}", a.namespace, a.name);
-    let yaml = nodeauth_agent::kubeconfig::bearer_token_kubeconfig(&info, &user, &token);
+    let yaml = nodeauth_token::kubeconfig::bearer_token_kubeconfig(&info, &user, &token);
     emit(&a.common.output, &yaml)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -349,7 +349,7 @@ fn client_cert(a: ClientCertArgs) -> anyhow::Result<ExitCode> {
     .context("issuing the bootstrap certificate")?;
     let key_pem = key.to_pkcs8_pem()?;
     let yaml =
-        nodeauth_agent::kubeconfig::client_cert_kubeconfig(&info, &user, &issued.pem, &key_pem);
+        nodeauth_token::kubeconfig::client_cert_kubeconfig(&info, &user, &issued.pem, &key_pem);
     emit(&a.common.output, &yaml)?;
     err(&format!(
         "{user} (groups system:bootstrappers{}) until {}; kube-apiserver must trust {} for client certificates",

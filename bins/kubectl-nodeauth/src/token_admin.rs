@@ -39,6 +39,11 @@ pub struct CreateOptions {
 }
 
 /// Parses a Go-style duration (`24h`, `1h30m`, `90s`, `1.5h`, `0`); `0` means no expiry.
+///
+/// Deliberately not `nodeauth_runtime::parse_duration` (the controllers' flag parser): `--ttl`
+/// must accept what `kubeadm token create --ttl` accepts — Go's `time.ParseDuration`, with
+/// fractions and mixed units (`1.5h30m`) and a bare `0` for a token that never expires — which
+/// that parser does not, and mapping `0` to "no expiry" is this flag's own meaning.
 pub fn parse_ttl(s: &str) -> anyhow::Result<Option<SignedDuration>> {
     if s == "0" {
         return Ok(None);

@@ -122,7 +122,7 @@ pub fn settle(
 }
 
 /// The API version client-go asks for in `users[].user.exec.apiVersion`.
-pub const EXEC_API_VERSION: &str = "client.authentication.k8s.io/v1";
+pub use nodeauth_token::kubeconfig::EXEC_API_VERSION;
 
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]

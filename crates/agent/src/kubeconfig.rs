@@ -1,21 +1,18 @@
 //! Kubeconfigs the agent writes (the bootstrap kubeconfig, the kubelet's exec kubeconfig) and
-//! the clients it builds from them.
+//! the clients it builds from them. The rendering itself is pure and lives in
+//! [`nodeauth_token::kubeconfig`] (re-exported here); writing is
+//! [`nodeauth_certstore::write_private`].
 
-use std::fs::OpenOptions;
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use base64ct::{Base64, Encoding};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use nodeauth_certstore::Pair;
-use nodeauth_token::BootstrapToken;
-use nodeauth_token::kubeconfig::ClusterInfo;
-use serde_yaml::{Mapping, Value};
-use zeroize::Zeroizing;
+use nodeauth_certstore::{Pair, StoreError};
 
-/// The cluster entry's name in the kubeconfigs written here.
-pub const CLUSTER_NAME: &str = "kubernetes";
+pub use nodeauth_token::kubeconfig::{
+    CLUSTER_NAME, KubeconfigUser, bearer_token_kubeconfig, bootstrap_token_kubeconfig,
+    cert_file_kubeconfig, client_cert_kubeconfig, exec_kubeconfig, render,
+};
 
 /// Why a kubeconfig could not be written, read or turned into a client.
 #[derive(Debug, thiserror::Error)]
@@ -43,181 +40,18 @@ pub enum KubeconfigError {
     /// A client could not be built.
     #[error("building a client: {0}")]
     Client(String),
+    /// A kubeconfig could not be written.
+    #[error(transparent)]
+    Write(#[from] StoreError),
 }
 
-fn map(entries: Vec<(&str, Value)>) -> Value {
-    let mut m = Mapping::new();
-    for (k, v) in entries {
-        m.insert(Value::String(k.to_owned()), v);
-    }
-    Value::Mapping(m)
-}
-
-fn s(v: impl Into<String>) -> Value {
-    Value::String(v.into())
-}
-
-fn render(cluster: &ClusterInfo, user_name: &str, user: Value) -> String {
-    let doc = map(vec![
-        ("apiVersion", s("v1")),
-        ("kind", s("Config")),
-        (
-            "clusters",
-            Value::Sequence(vec![map(vec![
-                ("name", s(CLUSTER_NAME)),
-                (
-                    "cluster",
-                    map(vec![
-                        ("server", s(cluster.server.clone())),
-                        (
-                            "certificate-authority-data",
-                            s(Base64::encode_string(&cluster.certificate_authority_data)),
-                        ),
-                    ]),
-                ),
-            ])]),
-        ),
-        (
-            "users",
-            Value::Sequence(vec![map(vec![("name", s(user_name)), ("user", user)])]),
-        ),
-        (
-            "contexts",
-            Value::Sequence(vec![map(vec![
-                ("name", s(format!("{user_name}@{CLUSTER_NAME}"))),
-                (
-                    "context",
-                    map(vec![("cluster", s(CLUSTER_NAME)), ("user", s(user_name))]),
-                ),
-            ])]),
-        ),
-        ("current-context", s(format!("{user_name}@{CLUSTER_NAME}"))),
-    ]);
-    // Plain strings, sequences and mappings always serialize.
-    serde_yaml::to_string(&doc).unwrap_or_default()
-}
-
-/// A bootstrap kubeconfig authenticating with a bootstrap token (kubeadm's
-/// `bootstrap-kubelet.conf`). Holds the token: write it 0600 ([`write_private`]).
-pub fn bootstrap_token_kubeconfig(
-    cluster: &ClusterInfo,
-    token: &BootstrapToken,
-) -> Zeroizing<String> {
-    Zeroizing::new(render(
-        cluster,
-        "tls-bootstrap-token-user",
-        map(vec![("token", s(token.expose().as_str()))]),
-    ))
-}
-
-/// A bootstrap kubeconfig authenticating with any bearer token (e.g. a node-bootstrapper
-/// ServiceAccount token from TokenRequest).
-pub fn bearer_token_kubeconfig(
-    cluster: &ClusterInfo,
-    user: &str,
-    token: &str,
-) -> Zeroizing<String> {
-    Zeroizing::new(render(cluster, user, map(vec![("token", s(token))])))
-}
-
-/// A bootstrap kubeconfig authenticating with a client certificate (e.g. from a dedicated
-/// bootstrap signer CA, revocable by removing that CA from the apiserver's client CA bundle).
-pub fn client_cert_kubeconfig(
-    cluster: &ClusterInfo,
-    user: &str,
-    cert_pem: &str,
-    key_pem: &str,
-) -> Zeroizing<String> {
-    Zeroizing::new(render(
-        cluster,
-        user,
-        map(vec![
-            (
-                "client-certificate-data",
-                s(Base64::encode_string(cert_pem.as_bytes())),
-            ),
-            (
-                "client-key-data",
-                s(Base64::encode_string(key_pem.as_bytes())),
-            ),
-        ]),
-    ))
-}
-
-/// The kubelet's kubeconfig: its user runs `command args...` as a client-go exec credential
-/// plugin (`agent credential ...`). Holds no secret.
-pub fn exec_kubeconfig(
-    cluster: &ClusterInfo,
-    user: &str,
-    command: &str,
-    args: &[String],
-) -> String {
-    render(
-        cluster,
-        user,
-        map(vec![(
-            "exec",
-            map(vec![
-                ("apiVersion", s(crate::exec::EXEC_API_VERSION)),
-                ("command", s(command)),
-                (
-                    "args",
-                    Value::Sequence(args.iter().map(|a| s(a.clone())).collect()),
-                ),
-                ("interactiveMode", s("Never")),
-                ("provideClusterInfo", Value::Bool(false)),
-            ]),
-        )]),
-    )
-}
-
-/// A kubeconfig whose user reads the kubelet's current pair from the cert dir (what the kubelet
-/// itself writes after bootstrap: `client-certificate` and `client-key` both naming
-/// `kubelet-client-current.pem`).
-pub fn cert_file_kubeconfig(cluster: &ClusterInfo, user: &str, current_pem: &Path) -> String {
-    let p = current_pem.display().to_string();
-    render(
-        cluster,
-        user,
-        map(vec![
-            ("client-certificate", s(p.clone())),
-            ("client-key", s(p)),
-        ]),
-    )
-}
-
-/// Writes `content` to `path` with mode 0600, atomically (temporary file, fsync, rename).
+/// Writes `content` to `path` with mode 0600, atomically ([`nodeauth_certstore::write_private`]:
+/// exclusive temporary name, fsync, rename, directory fsync).
 ///
 /// # Errors
-/// [`KubeconfigError::Io`].
+/// [`KubeconfigError::Write`].
 pub fn write_private(path: &Path, content: &str) -> Result<(), KubeconfigError> {
-    let io = |action: &'static str, p: &Path| {
-        let path = p.to_path_buf();
-        move |source| KubeconfigError::Io {
-            action,
-            path,
-            source,
-        }
-    };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-    }
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(".tmp");
-    let temp = PathBuf::from(temp);
-    {
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(io("creating", &temp))?;
-        f.write_all(content.as_bytes())
-            .map_err(io("writing", &temp))?;
-        f.sync_all().map_err(io("syncing", &temp))?;
-    }
-    std::fs::rename(&temp, path).map_err(io("renaming", &temp))
+    Ok(nodeauth_certstore::write_private(path, content.as_bytes())?)
 }
 
 /// The kube client configuration a kubeconfig file describes (its current context).
@@ -264,6 +98,8 @@ pub fn client(config: kube::Config) -> Result<kube::Client, KubeconfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodeauth_token::BootstrapToken;
+    use nodeauth_token::kubeconfig::ClusterInfo;
 
     fn cluster() -> ClusterInfo {
         ClusterInfo {

@@ -118,6 +118,7 @@ mod trust;
 
 pub use pair::{Pair, PairError, parse_private_key};
 pub use store::{
-    CertStore, DEFAULT_KEEP, FaultHook, PairKind, PendingKey, Recovery, Step, StoreError, StoreLock,
+    CertStore, DEFAULT_KEEP, FaultHook, PairKind, PendingKey, Recovery, Step, StoreError,
+    StoreLock, write_private,
 };
 pub use trust::{DirProblem, FileProblem, LinkProblem};

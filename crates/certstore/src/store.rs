@@ -163,6 +163,59 @@ fn create_exclusive(path: &Path) -> Result<File, StoreError> {
     })
 }
 
+/// Writes `content` to `path` as a private file, atomically: created under an exclusive
+/// temporary name in the same directory (`O_CREAT | O_EXCL | O_NOFOLLOW`, mode 0600), written,
+/// fsync'd, renamed over `path` (which replaces whatever was there, a symlink included, rather
+/// than writing through it), and the directory fsync'd. Missing parent directories are created.
+/// Readers see the old file or the whole new one, never a part; a crash leaves at most a
+/// `.<name>.<pid>.<n>.tmp` file behind. For kubeconfigs holding credentials and other secrets
+/// outside a [`CertStore`].
+///
+/// ```
+/// use std::os::unix::fs::PermissionsExt as _;
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("etc/bootstrap-kubelet.conf");
+/// nodeauth_certstore::write_private(&path, b"token: x")?;
+/// nodeauth_certstore::write_private(&path, b"token: y")?;
+/// assert_eq!(std::fs::read(&path)?, b"token: y");
+/// assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o777, 0o600);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`StoreError::Io`] naming the step and file, or [`StoreError::NameKeepsReappearing`].
+pub fn write_private(path: &Path, content: &[u8]) -> Result<(), StoreError> {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| {
+        io_err("writing", path)(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a file name",
+        ))
+    })?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    fs::create_dir_all(dir).map_err(io_err("creating", dir))?;
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.{n}.tmp", std::process::id()));
+    let temp = dir.join(temp_name);
+    let written = create_exclusive(&temp).and_then(|mut file| {
+        file.write_all(content).map_err(io_err("writing", &temp))?;
+        file.sync_all().map_err(io_err("syncing", &temp))
+    });
+    let renamed = written.and_then(|()| fs::rename(&temp, path).map_err(io_err("renaming", &temp)));
+    if let Err(e) = renamed {
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err("syncing", dir))
+}
+
 /// Removes a directory entry that is not a directory (a symlink itself, not its target).
 fn remove_entry(path: &Path) -> Result<(), StoreError> {
     match fs::remove_file(path) {
@@ -791,6 +844,47 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn private_writes_are_0600_atomic_and_never_follow_links() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/k.conf");
+        write_private(&path, b"x").unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(fs::read(&path).unwrap(), b"x");
+        // An existing world-readable file is replaced by a private one.
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&path, b"y").unwrap();
+        assert_eq!(
+            (mode(&path), fs::read(&path).unwrap()),
+            (0o600, b"y".to_vec())
+        );
+        // A symlink planted at the name is replaced, its target untouched.
+        let target = dir.path().join("target");
+        fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("sub/link.conf");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_private(&link, b"secret").unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+        assert!(
+            !fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&link).unwrap(), b"secret");
+        // No temporary file is left behind.
+        let names: Vec<_> = fs::read_dir(dir.path().join("sub"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        // A failed write names the file and leaves nothing behind.
+        let err = write_private(&dir.path().join("sub/k.conf/x"), b"z").unwrap_err();
+        assert!(err.to_string().contains("k.conf"), "{err}");
+        assert!(write_private(Path::new("/"), b"z").is_err());
     }
 
     #[test]

@@ -2,12 +2,18 @@
 //!
 //! It is world-readable (kube-public) and handed to every joining node, so anything that could
 //! authenticate — users, contexts that name users, tokens, keys, exec plugins — is refused.
+//!
+//! Also the other direction, pure: [`render`] writes a kubeconfig for a cluster and one user
+//! (the bootstrap kubeconfigs, the kubelet's exec kubeconfig), with helpers for each kind of
+//! user ([`bootstrap_token_kubeconfig`], [`bearer_token_kubeconfig`],
+//! [`client_cert_kubeconfig`], [`exec_kubeconfig`], [`cert_file_kubeconfig`]).
 
 use base64ct::{Base64, Encoding};
 use serde::Serialize;
 use serde_yaml::{Mapping, Value};
 
 use crate::pin::{CaPin, PinError, pins_from_pem};
+use crate::token::BootstrapToken;
 
 /// Mapping keys that carry or produce credentials anywhere in a kubeconfig.
 const CREDENTIAL_KEYS: &[&str] = &[
@@ -341,9 +347,323 @@ impl ClusterInfo {
     }
 }
 
+/// The cluster entry's name in the kubeconfigs [`render`] writes.
+pub const CLUSTER_NAME: &str = "kubernetes";
+
+/// The API version of client-go's exec credential (`users[].user.exec.apiVersion`).
+pub const EXEC_API_VERSION: &str = "client.authentication.k8s.io/v1";
+
+/// Who a rendered kubeconfig authenticates as (the `user` of its only user entry).
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KubeconfigUser<'a> {
+    /// A bearer token (`token`).
+    Token(&'a str),
+    /// An embedded client certificate and key, PEM (`client-certificate-data`,
+    /// `client-key-data`).
+    ClientCertificateData {
+        /// The certificate (chain), PEM.
+        cert_pem: &'a str,
+        /// The private key, PEM.
+        key_pem: &'a str,
+    },
+    /// A client certificate and key read from files (`client-certificate`, `client-key`).
+    ClientCertificateFiles {
+        /// The certificate file.
+        cert: &'a str,
+        /// The key file (may be the same file).
+        key: &'a str,
+    },
+    /// A client-go exec credential plugin (`exec`, [`EXEC_API_VERSION`], never interactive).
+    Exec {
+        /// The program.
+        command: &'a str,
+        /// Its arguments.
+        args: &'a [String],
+    },
+}
+
+impl core::fmt::Debug for KubeconfigUser<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KubeconfigUser::Token(_) => f.write_str("Token(..)"),
+            KubeconfigUser::ClientCertificateData { .. } => {
+                f.write_str("ClientCertificateData(..)")
+            }
+            KubeconfigUser::ClientCertificateFiles { cert, key } => f
+                .debug_struct("ClientCertificateFiles")
+                .field("cert", cert)
+                .field("key", key)
+                .finish(),
+            KubeconfigUser::Exec { command, args } => f
+                .debug_struct("Exec")
+                .field("command", command)
+                .field("args", args)
+                .finish(),
+        }
+    }
+}
+
+fn map(entries: Vec<(&str, Value)>) -> Value {
+    let mut m = Mapping::new();
+    for (k, v) in entries {
+        m.insert(Value::String(k.to_owned()), v);
+    }
+    Value::Mapping(m)
+}
+
+fn s(v: impl Into<String>) -> Value {
+    Value::String(v.into())
+}
+
+fn user_value(user: &KubeconfigUser<'_>) -> Value {
+    match user {
+        KubeconfigUser::Token(token) => map(vec![("token", s(*token))]),
+        KubeconfigUser::ClientCertificateData { cert_pem, key_pem } => map(vec![
+            (
+                "client-certificate-data",
+                s(Base64::encode_string(cert_pem.as_bytes())),
+            ),
+            (
+                "client-key-data",
+                s(Base64::encode_string(key_pem.as_bytes())),
+            ),
+        ]),
+        KubeconfigUser::ClientCertificateFiles { cert, key } => map(vec![
+            ("client-certificate", s(*cert)),
+            ("client-key", s(*key)),
+        ]),
+        KubeconfigUser::Exec { command, args } => map(vec![(
+            "exec",
+            map(vec![
+                ("apiVersion", s(EXEC_API_VERSION)),
+                ("command", s(*command)),
+                (
+                    "args",
+                    Value::Sequence(args.iter().map(|a| s(a.clone())).collect()),
+                ),
+                ("interactiveMode", s("Never")),
+                ("provideClusterInfo", Value::Bool(false)),
+            ]),
+        )]),
+    }
+}
+
+/// A kubeconfig (YAML) for `cluster` (server and embedded CA, named [`CLUSTER_NAME`]) with one
+/// user `user_name` authenticating as `user`, and a current context
+/// `<user_name>@kubernetes` joining them. Pure; the result may hold a credential (write it
+/// 0600) and is zeroized on drop.
+///
+/// ```
+/// use nodeauth_token::kubeconfig::{ClusterInfo, KubeconfigUser, render};
+/// let cluster = ClusterInfo {
+///     name: String::new(),
+///     server: "https://10.0.0.1:6443".into(),
+///     certificate_authority_data: b"ca".to_vec(),
+/// };
+/// let yaml = render(&cluster, "kubelet", &KubeconfigUser::Token("abcdef.0123456789abcdef"));
+/// assert!(yaml.contains("server: https://10.0.0.1:6443"));
+/// assert!(yaml.contains("current-context: kubelet@kubernetes"));
+/// // cluster-info's own check refuses it as a discovery document: it has credentials.
+/// assert!(ClusterInfo::parse(yaml.as_bytes()).is_err());
+/// ```
+pub fn render(
+    cluster: &ClusterInfo,
+    user_name: &str,
+    user: &KubeconfigUser<'_>,
+) -> zeroize::Zeroizing<String> {
+    let doc = map(vec![
+        ("apiVersion", s("v1")),
+        ("kind", s("Config")),
+        (
+            "clusters",
+            Value::Sequence(vec![map(vec![
+                ("name", s(CLUSTER_NAME)),
+                (
+                    "cluster",
+                    map(vec![
+                        ("server", s(cluster.server.clone())),
+                        (
+                            "certificate-authority-data",
+                            s(Base64::encode_string(&cluster.certificate_authority_data)),
+                        ),
+                    ]),
+                ),
+            ])]),
+        ),
+        (
+            "users",
+            Value::Sequence(vec![map(vec![
+                ("name", s(user_name)),
+                ("user", user_value(user)),
+            ])]),
+        ),
+        (
+            "contexts",
+            Value::Sequence(vec![map(vec![
+                ("name", s(format!("{user_name}@{CLUSTER_NAME}"))),
+                (
+                    "context",
+                    map(vec![("cluster", s(CLUSTER_NAME)), ("user", s(user_name))]),
+                ),
+            ])]),
+        ),
+        ("current-context", s(format!("{user_name}@{CLUSTER_NAME}"))),
+    ]);
+    // Plain strings, sequences and mappings always serialize.
+    zeroize::Zeroizing::new(serde_yaml::to_string(&doc).unwrap_or_default())
+}
+
+/// A bootstrap kubeconfig authenticating with a bootstrap token (kubeadm's
+/// `bootstrap-kubelet.conf`). Holds the token: write it 0600.
+pub fn bootstrap_token_kubeconfig(
+    cluster: &ClusterInfo,
+    token: &BootstrapToken,
+) -> zeroize::Zeroizing<String> {
+    render(
+        cluster,
+        "tls-bootstrap-token-user",
+        &KubeconfigUser::Token(token.expose().as_str()),
+    )
+}
+
+/// A bootstrap kubeconfig authenticating with any bearer token (e.g. a node-bootstrapper
+/// ServiceAccount token from TokenRequest).
+pub fn bearer_token_kubeconfig(
+    cluster: &ClusterInfo,
+    user: &str,
+    token: &str,
+) -> zeroize::Zeroizing<String> {
+    render(cluster, user, &KubeconfigUser::Token(token))
+}
+
+/// A bootstrap kubeconfig authenticating with a client certificate (e.g. from a dedicated
+/// bootstrap signer CA, revocable by removing that CA from the apiserver's client CA bundle).
+pub fn client_cert_kubeconfig(
+    cluster: &ClusterInfo,
+    user: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> zeroize::Zeroizing<String> {
+    render(
+        cluster,
+        user,
+        &KubeconfigUser::ClientCertificateData { cert_pem, key_pem },
+    )
+}
+
+/// The kubelet's kubeconfig: its user runs `command args...` as a client-go exec credential
+/// plugin (`agent credential ...`). Holds no secret.
+pub fn exec_kubeconfig(
+    cluster: &ClusterInfo,
+    user: &str,
+    command: &str,
+    args: &[String],
+) -> String {
+    render(cluster, user, &KubeconfigUser::Exec { command, args }).to_string()
+}
+
+/// A kubeconfig whose user reads the kubelet's current pair from the cert dir (what the kubelet
+/// itself writes after bootstrap: `client-certificate` and `client-key` both naming
+/// `kubelet-client-current.pem`).
+pub fn cert_file_kubeconfig(
+    cluster: &ClusterInfo,
+    user: &str,
+    current_pem: &std::path::Path,
+) -> String {
+    let p = current_pem.display().to_string();
+    render(
+        cluster,
+        user,
+        &KubeconfigUser::ClientCertificateFiles { cert: &p, key: &p },
+    )
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rendered_cluster() -> ClusterInfo {
+        ClusterInfo {
+            name: String::new(),
+            server: "https://10.0.0.1:6443".into(),
+            certificate_authority_data:
+                b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec(),
+        }
+    }
+
+    fn yaml(doc: &str) -> Value {
+        serde_yaml::from_str(doc).unwrap()
+    }
+
+    #[test]
+    fn rendered_kubeconfigs_carry_the_cluster_and_one_user() {
+        let token = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+        let doc = yaml(&bootstrap_token_kubeconfig(&rendered_cluster(), &token));
+        assert_eq!(doc["clusters"][0]["name"], "kubernetes");
+        assert_eq!(
+            doc["clusters"][0]["cluster"]["server"],
+            "https://10.0.0.1:6443"
+        );
+        let ca = doc["clusters"][0]["cluster"]["certificate-authority-data"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            Base64::decode_vec(ca).unwrap(),
+            rendered_cluster().certificate_authority_data
+        );
+        assert_eq!(doc["users"][0]["name"], "tls-bootstrap-token-user");
+        assert_eq!(doc["users"][0]["user"]["token"], "abcdef.0123456789abcdef");
+        assert_eq!(
+            doc["current-context"],
+            "tls-bootstrap-token-user@kubernetes"
+        );
+        assert_eq!(
+            doc["contexts"][0]["context"]["user"],
+            "tls-bootstrap-token-user"
+        );
+
+        let doc = yaml(&client_cert_kubeconfig(
+            &rendered_cluster(),
+            "u",
+            "CERT",
+            "KEY",
+        ));
+        let user = &doc["users"][0]["user"];
+        assert_eq!(
+            user["client-certificate-data"],
+            Base64::encode_string(b"CERT")
+        );
+        assert_eq!(user["client-key-data"], Base64::encode_string(b"KEY"));
+
+        let doc = yaml(&cert_file_kubeconfig(
+            &rendered_cluster(),
+            "u",
+            std::path::Path::new("/pki/kubelet-client-current.pem"),
+        ));
+        let user = &doc["users"][0]["user"];
+        assert_eq!(
+            user["client-certificate"],
+            "/pki/kubelet-client-current.pem"
+        );
+        assert_eq!(user["client-key"], "/pki/kubelet-client-current.pem");
+
+        let args = ["credential".to_owned(), "--node-name=n1".to_owned()];
+        let doc = yaml(&exec_kubeconfig(
+            &rendered_cluster(),
+            "default-auth",
+            "/bin/agent",
+            &args,
+        ));
+        let exec = &doc["users"][0]["user"]["exec"];
+        assert_eq!(exec["apiVersion"], EXEC_API_VERSION);
+        assert_eq!(exec["command"], "/bin/agent");
+        assert_eq!(exec["args"][1], "--node-name=n1");
+        assert_eq!(exec["interactiveMode"], "Never");
+        assert_eq!(exec["provideClusterInfo"], false);
+        assert!(!format!("{:?}", KubeconfigUser::Token("secret")).contains("secret"));
+    }
 
     const ADMIN: &str = r#"apiVersion: v1
 kind: Config
