@@ -341,13 +341,12 @@ impl TpmAttestation {
         }
     }
 
-    /// POSTs `body` to `path`, blocking (from a thread that is not running async tasks:
-    /// [`RequestAttestation::attested_pem`] runs the exchange on tokio's blocking pool); see
-    /// [`TpmAttestation::post_async`].
+    /// POSTs `body` to `path`, blocking: the exchange ([`TpmAttestation::post_async`]) runs
+    /// on a runtime of its own — on this thread, or, when this thread is already in a tokio
+    /// context (where blocking on another runtime is not allowed), on a scoped helper thread.
     fn post(&self, step: Step, path: &str, body: &str) -> Result<String, TpmError> {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => handle.block_on(self.post_async(step, path, body)),
-            Err(_) => tokio::runtime::Builder::new_current_thread()
+        let run = || {
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|source| TpmError::Http {
@@ -355,8 +354,17 @@ impl TpmAttestation {
                     url: self.endpoint.url(path),
                     source,
                 })?
-                .block_on(self.post_async(step, path, body)),
+                .block_on(self.post_async(step, path, body))
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            return run();
         }
+        std::thread::scope(|scope| {
+            scope
+                .spawn(run)
+                .join()
+                .unwrap_or_else(|_| Err(TpmError::Task("the HTTP exchange panicked".into())))
+        })
     }
 
     /// POSTs `body` to `path` under one deadline ([`TpmAttestation::with_timeout`]); the body
@@ -902,6 +910,15 @@ mod tests {
             "{e}"
         );
         assert!(started.elapsed() < Duration::from_millis(1500));
+    }
+
+    #[tokio::test]
+    async fn the_blocking_call_works_inside_an_async_task_too() {
+        let a = raw_server(
+            vec![b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_vec()],
+            Duration::ZERO,
+        );
+        assert_eq!(a.post(Step::Challenge, CHALLENGE_PATH, "{}").unwrap(), "ok");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
