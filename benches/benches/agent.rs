@@ -3,6 +3,12 @@
 //! the pair, render the ExecCredential) and, when the `agent` binary has been built next to
 //! this benchmark (`cargo build --release -p agent`), the whole process.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};

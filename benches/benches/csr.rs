@@ -2,6 +2,12 @@
 //! Inputs are the OpenSSL/Go fixtures of `crates/csr/tests/fixtures`.
 //! Goal: a P-256 kubelet client CSR parsed and validated without the signature check in < 20 µs.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};

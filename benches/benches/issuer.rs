@@ -5,6 +5,12 @@
 //! RustCrypto rows are named `issue/<key type>[/parse+validate+issue]`; with the `aws-lc`
 //! feature, the same rows with aws-lc-rs signing follow as `issue/<key type> [aws-lc-rs]...`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

@@ -9,6 +9,12 @@
 //! benchmark thread's CPU time (`policy/decide cpu-time ...`), which is the per-core figure
 //! even when other processes share the cores.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 

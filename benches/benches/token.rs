@@ -4,6 +4,12 @@
 //! Compare with upstream's Go implementation (k8s.io/cluster-bootstrap/token/jws) in the
 //! benchmark issue.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;

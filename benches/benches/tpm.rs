@@ -4,6 +4,12 @@
 //!
 //! Run: `cargo bench -p nodeauth-benches --bench tpm`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::hint::black_box;
 use std::time::SystemTime;
 

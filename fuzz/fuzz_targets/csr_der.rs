@@ -1,7 +1,12 @@
 //! Fuzzes the DER layer directly: the input is wrapped as a `CERTIFICATE REQUEST` PEM block, so
 //! every execution reaches the DER decoder instead of stopping at the PEM scanner.
 #![no_main]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use libfuzzer_sys::fuzz_target;
 use nodeauth_csr::{SignerProfile, parse};
 

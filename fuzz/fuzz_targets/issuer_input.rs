@@ -1,7 +1,12 @@
 //! The issuer's input paths: CA loading from arbitrary certificate/key PEM, and issuance for an
 //! arbitrary `spec.request` with arbitrary usages and expirationSeconds. Neither may panic.
 #![no_main]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;

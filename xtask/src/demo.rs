@@ -78,7 +78,7 @@ async fn waiting<T>(
                     bail!("gave up after {limit:?} waiting for {label}");
                 }
                 if tty {
-                    print!("\r              {} {label} ({:.1}s)", frames[i % 4], started.elapsed().as_secs_f64());
+                    print!("\r              {} {label} ({:.1}s)", frames.get(i % 4).unwrap_or(&'-'), started.elapsed().as_secs_f64());
                     let _ = std::io::stdout().flush();
                 }
                 i += 1;

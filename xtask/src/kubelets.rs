@@ -181,9 +181,7 @@ fn check(run: &Run, nodeauth: bool) -> Result<()> {
         if n.ready_after.is_none() {
             problems.push(format!("{}: not Ready", n.name));
         }
-        let ok = |c: &[fleet::FleetCsr], want: Decided| {
-            c.len() == 1 && c[0].decided == want && (want != Decided::Approved || c[0].issued)
-        };
+        let ok = |c: &[fleet::FleetCsr], want: Decided| matches!(c, [only] if only.decided == want && (want != Decided::Approved || only.issued));
         if !ok(&n.client_csrs, Decided::Approved) {
             problems.push(format!("{}: client CSRs {:?}", n.name, n.client_csrs));
         }

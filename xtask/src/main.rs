@@ -321,8 +321,9 @@ fn setup() -> Result<()> {
             let mut argv: Vec<&str> = sudo.to_vec();
             argv.push("apt-get");
             argv.extend_from_slice(args);
-            let status = Command::new(argv[0])
-                .args(&argv[1..])
+            let (program, rest) = argv.split_first().context("an empty command")?;
+            let status = Command::new(program)
+                .args(rest)
                 .env("DEBIAN_FRONTEND", "noninteractive")
                 .status()
                 .with_context(|| format!("running {}", argv.join(" ")))?;

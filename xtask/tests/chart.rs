@@ -2,6 +2,12 @@
 //! the default values and each controller alone, the values schema, the RBAC being exactly
 //! deploy/'s, and the alert rules passing promtool (or a schema check).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

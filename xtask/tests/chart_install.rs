@@ -7,6 +7,12 @@
 //! and PodDisruptionBudgets are accepted by the apiserver, and its RBAC is what the binaries
 //! run under here.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

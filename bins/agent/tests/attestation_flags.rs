@@ -2,6 +2,12 @@
 //! the `tpm` feature the agent refuses it naming the feature; with it, a missing or https
 //! endpoint is a usage error.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -1,6 +1,12 @@
 //! Discovery against a cluster-info this test signs itself (no bootstrap signer runs in this
 //! binary, so a tampered signature stays tampered).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

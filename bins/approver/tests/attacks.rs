@@ -3,6 +3,12 @@
 //! approver under deploy/approver RBAC. Each must end with no certificate the attacker should
 //! not have. One approver serves every test here.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;

@@ -1,6 +1,12 @@
 //! Policies served as NodeAuthPolicy objects (picked up live, bad ones reported as Events) and
 //! machine rules read from OpenShift Machines — the approver under deploy/approver RBAC.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

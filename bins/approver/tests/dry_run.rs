@@ -1,6 +1,12 @@
 //! `--dry-run`: every decision is recorded in the CSR annotation and the log; nothing is
 //! approved or denied.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

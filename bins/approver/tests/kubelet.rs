@@ -3,6 +3,12 @@
 //! impostor kubelet with the same token and an existing node's name is denied and never
 //! becomes that node. nodeauth's signer issues; no kube-controller-manager runs.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

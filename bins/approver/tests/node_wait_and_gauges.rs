@@ -3,6 +3,12 @@
 //! pending gauges (`nodeauth_approver_pending_csrs`, `..._oldest_pending_seconds`), which the
 //! alerts in deploy/monitoring read.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

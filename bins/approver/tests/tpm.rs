@@ -3,6 +3,12 @@
 //! ticket, builds a TPM-attested CSR, and the approver — requiring provider `tpm` — approves it;
 //! an insecure-attested CSR and a replayed one are denied with the attestation's reason.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::io::{Read as _, Write as _};

@@ -16,6 +16,12 @@
 //! One test, because every approver in this process decides every CSR of the shared control
 //! plane.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 #[path = "common/tpm_node.rs"]
 mod tpm_node;

@@ -10,6 +10,12 @@
 //! - E2 again, in a new CSR: denied, its nonce was consumed (a restart forgot it before; the
 //!   name's reservation denies it too, so the assertion is on the nonce's reason).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 #[path = "common/tpm_node.rs"]
 mod tpm_node;

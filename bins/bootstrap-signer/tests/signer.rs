@@ -2,6 +2,12 @@
 //! a signature appears when a signing token is created, disappears when the token is deleted or
 //! expires (with no other event), and tokens that may not sign get none.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

@@ -74,18 +74,18 @@ fn redact_tokens(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
     while i < b.len() {
-        let at_boundary = i == 0 || !tok(b[i - 1]);
-        let fits = i + 23 <= b.len()
-            && b[i..i + 6].iter().all(|c| tok(*c))
-            && b[i + 6] == b'.'
-            && b[i + 7..i + 23].iter().all(|c| tok(*c))
-            && (i + 23 == b.len() || !tok(b[i + 23]));
+        let is_tok = |j: usize| b.get(j).is_some_and(|c| tok(*c));
+        let at_boundary = i == 0 || !is_tok(i - 1);
+        let fits = (i..i + 6).all(is_tok)
+            && b.get(i + 6) == Some(&b'.')
+            && (i + 7..i + 23).all(is_tok)
+            && !is_tok(i + 23);
         if at_boundary && fits {
-            out.push_str(&text[i..i + 7]);
+            out.push_str(text.get(i..i + 7).unwrap_or_default());
             out.push_str("<redacted>");
             i += 23;
         } else {
-            let ch = text[i..].chars().next().unwrap_or('?');
+            let ch = text.get(i..).and_then(|t| t.chars().next()).unwrap_or('?');
             out.push(ch);
             i += ch.len_utf8();
         }

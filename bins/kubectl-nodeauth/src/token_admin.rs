@@ -262,12 +262,12 @@ pub fn render_table(records: &[TokenRecord], now: Timestamp) -> String {
     let mut start = 0;
     while start < rows.len() {
         let end = if start == 0 { 2 } else { start + 1 };
-        let block = &rows[start..end.min(rows.len())];
+        let block = rows.get(start..end.min(rows.len())).unwrap_or_default();
         let widths: Vec<usize> = (0..5)
             .map(|c| {
                 block
                     .iter()
-                    .map(|row| row[c].chars().count() + 3)
+                    .map(|row| row.get(c).map_or(0, |cell| cell.chars().count()) + 3)
                     .max()
                     .unwrap_or(0)
                     .max(10)

@@ -1,6 +1,12 @@
 //! `kubectl nodeauth bootstrap-kubeconfig`: each kind authenticates as the bootstrap identity it
 //! names, and may create a node CSR (what the agent needs it for).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::process::Command;
 
 use nodeauth_testenv::{ControlPlane, unique_name, whoami};

@@ -1,6 +1,12 @@
 //! `kubectl-nodeauth csr explain` (offline, the documented approver policy) and
 //! `csr approve|deny` against a real kube-apiserver.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::process::{Command, Output};
 
 use k8s_openapi::api::certificates::v1::{

@@ -1,5 +1,11 @@
 //! `kubectl-nodeauth csr inspect`: exit codes and the stable JSON fields, on the CSR crate's fixtures.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
 

@@ -5,6 +5,12 @@
 //! them: kube-system holds other tests' tokens, so nothing here assumes it is alone, except that
 //! the cluster-info ConfigMap (a singleton) is only touched by one test.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Command, Output};

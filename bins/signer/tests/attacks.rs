@@ -3,6 +3,12 @@
 //! deploy/signer RBAC (plus, for the custom signer, `sign` on its name, as an operator who
 //! configured it would grant).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::path::Path;

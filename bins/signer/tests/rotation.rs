@@ -1,5 +1,11 @@
 //! Replacing the CA files switches issuance to the new CA without restarting the signer.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};

@@ -4,6 +4,12 @@
 //! approved CSRs end Failed with every violation; the CA bundle is published; denied CSRs are
 //! collected after their threshold.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::time::Duration;

@@ -3,6 +3,12 @@
 //! unparseable expiration is deleted at once (upstream treats it as expired); one that never
 //! expires, or has not expired yet, stays.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -165,18 +165,20 @@ pub fn metadata_service(cloud: &SigningKey, instance_id: &str, machine: &str) ->
 }
 
 /// The approver's challenge endpoint: a fresh ticket for `node`.
-pub fn challenge(tickets: &TicketKey, node: &str, now: SystemTime) -> String {
+pub fn challenge(
+    tickets: &TicketKey,
+    node: &str,
+    now: SystemTime,
+) -> Result<String, Box<dyn std::error::Error>> {
     let mut nonce = [0u8; 32];
-    getrandom::fill(&mut nonce).expect("OS random generator");
-    tickets
-        .issue(&TicketClaims::new(
-            node,
-            PROVIDER,
-            &nonce,
-            now,
-            Duration::from_secs(300),
-        ))
-        .expect("valid lifetime")
+    getrandom::fill(&mut nonce)?;
+    Ok(tickets.issue(&TicketClaims::new(
+        node,
+        PROVIDER,
+        &nonce,
+        now,
+        Duration::from_secs(300),
+    ))?)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -192,7 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The node: fetch the document, ask for a challenge, build the CSR.
     let now = SystemTime::now();
     let attestor = metadata_service(&cloud, "i-0abc", "machine-a");
-    let ticket = challenge(&tickets, "worker-1", now);
+    let ticket = challenge(&tickets, "worker-1", now)?;
     let key = CsrSigningKey::generate_p256()?;
     let pem = attested_csr(
         CsrBuilder::kubelet_client("worker-1"),
@@ -214,8 +216,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The same CSR again is a replay.
     let again = registry.verify(&csr, Purpose::ClientBootstrap, now)?;
-    let err = futures::executor::block_on(again.confirm(&store, "", now)).unwrap_err();
-    println!("replayed CSR refused: {err}");
+    match futures::executor::block_on(again.confirm(&store, "", now)) {
+        Err(err) => println!("replayed CSR refused: {err}"),
+        Ok(_) => return Err("a replayed CSR was accepted".into()),
+    }
     Ok(())
 }
 

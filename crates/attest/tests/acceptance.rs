@@ -1,6 +1,12 @@
 //! Issue 4's acceptance tests: every provider's round trip through `spec.request`, replay
 //! protection, version skew, and the insecure provider's limits.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 #[path = "../examples/instance_identity.rs"]
 mod instance_identity;
 
@@ -92,7 +98,7 @@ impl Fixture {
 #[test]
 fn acme_round_trip_through_spec_request() {
     let f = fixture();
-    let ticket = challenge(&f.tickets, "worker-1", f.now);
+    let ticket = challenge(&f.tickets, "worker-1", f.now).unwrap();
     let csr = f.acme_csr("worker-1", "i-1", "machine-1", &ticket);
     assert_eq!(csr.attestation_provider(), Some("acme"));
     assert_eq!(csr.provider_id(), Some("acme://i-1"));
@@ -175,7 +181,7 @@ fn replays_are_each_refused_with_a_distinct_reason() {
 
     // 1. A reused ticket: the first CSR consumes it; a second CSR (new key, correctly bound)
     //    with the same ticket is a replay.
-    let ticket = challenge(&f.tickets, "worker-1", f.now);
+    let ticket = challenge(&f.tickets, "worker-1", f.now).unwrap();
     f.verify(
         &f.acme_csr("worker-1", "i-1", "machine-1", &ticket),
         Purpose::ClientBootstrap,
@@ -193,7 +199,7 @@ fn replays_are_each_refused_with_a_distinct_reason() {
     codes.push(err.code());
 
     // 2. An expired ticket.
-    let ticket = challenge(&f.tickets, "worker-1", f.now);
+    let ticket = challenge(&f.tickets, "worker-1", f.now).unwrap();
     let later = f.now + Duration::from_secs(301);
     let err = f
         .verify(
@@ -209,7 +215,7 @@ fn replays_are_each_refused_with_a_distinct_reason() {
     codes.push(err.code());
 
     // 3. A ticket issued to another node.
-    let ticket = challenge(&f.tickets, "worker-2", f.now);
+    let ticket = challenge(&f.tickets, "worker-2", f.now).unwrap();
     let err = f
         .verify(
             &f.acme_csr("worker-1", "i-1", "machine-1", &ticket),
@@ -224,7 +230,7 @@ fn replays_are_each_refused_with_a_distinct_reason() {
     codes.push(err.code());
 
     // 4. A payload bound to another CSR key: produced for key A, sent in a CSR signed by key B.
-    let ticket = challenge(&f.tickets, "worker-1", f.now);
+    let ticket = challenge(&f.tickets, "worker-1", f.now).unwrap();
     let attestor = metadata_service(&f.cloud, "i-1", "machine-1");
     let key_a = CsrSigningKey::generate_p256().unwrap();
     let key_b = CsrSigningKey::generate_p256().unwrap();
@@ -262,7 +268,7 @@ fn replays_are_each_refused_with_a_distinct_reason() {
 #[test]
 fn tofu_through_the_whole_pipeline() {
     let f = fixture();
-    let t = || challenge(&f.tickets, "worker-1", f.now);
+    let t = || challenge(&f.tickets, "worker-1", f.now).unwrap();
     // First use binds; the same identity again passes.
     f.verify(
         &f.acme_csr("worker-1", "i-1", "machine-1", &t()),
@@ -401,7 +407,7 @@ fn missing_unknown_and_malformed_attestations() {
 #[test]
 fn attested_provider_id_must_match_the_csr() {
     let f = fixture();
-    let ticket = challenge(&f.tickets, "worker-1", f.now);
+    let ticket = challenge(&f.tickets, "worker-1", f.now).unwrap();
     let attestor = metadata_service(&f.cloud, "i-1", "machine-1");
     let key = CsrSigningKey::generate_p256().unwrap();
     let spki = key.public_key_der().unwrap();

@@ -1,6 +1,12 @@
 //! CSRs made by other tools (OpenSSL 3.0 `openssl req`, Go 1.26 crypto/x509) parse, verify and
 //! validate as expected. See fixtures/README.md for how each file was made.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::net::IpAddr;
 
 use nodeauth_csr::{

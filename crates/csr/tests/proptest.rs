@@ -1,5 +1,11 @@
 //! Property tests: what the builder makes the parser reads back unchanged, and no input panics.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::net::IpAddr;
 
 use nodeauth_csr::{

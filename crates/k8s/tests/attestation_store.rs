@@ -1,6 +1,12 @@
 //! `KubeAttestationStore` against the real control plane: the store contract every
 //! `AttestationStore` meets, races between two approvers sharing it, and the expiry sweep.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};

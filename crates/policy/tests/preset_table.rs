@@ -2,6 +2,12 @@
 //! holds (signers, requesters, onFailure, rules) and a few decisions it makes. The detailed
 //! tables against each preset's anchor are in `presets.rs` and `presets_inventory.rs`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;

@@ -10,6 +10,12 @@
 //! Where we deliberately differ from the anchor (we DENY where the machine approver leaves a
 //! CSR pending), the row says so.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;

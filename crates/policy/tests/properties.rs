@@ -1,5 +1,11 @@
 //! Properties: rule order does not matter, and a failed rule is never approved.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;

@@ -1,6 +1,12 @@
 //! The SAN, key and Machine rules one by one, decision output (JSON, condition reason and
 //! message), and policy-set semantics.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;

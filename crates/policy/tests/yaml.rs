@@ -1,5 +1,11 @@
 //! Policy documents: round trips and schema errors.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use nodeauth_policy::{KeyType, OnFailure, Policy, PolicyError, PolicySet, Rule, SarKind};
 use proptest::prelude::*;
 

@@ -1,6 +1,12 @@
 //! Events against a real kube-apiserver: about objects whose names are not DNS subdomains (the
 //! kubelet's `node-csr-<base64url>` CSRs), and `--events=warnings`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;

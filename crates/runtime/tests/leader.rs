@@ -3,6 +3,12 @@
 //! Each scenario is a function taking a `kube::Client`, so it can run against any cluster;
 //! the `#[tokio::test]`s feed them the shared test control plane's admin client.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;

@@ -149,7 +149,7 @@ pub fn random_lower_alnum(len: usize) -> String {
         out.extend(
             buf.iter()
                 .filter(|b| **b < 252)
-                .map(|b| ALPHABET[usize::from(*b % 36)] as char)
+                .filter_map(|b| ALPHABET.get(usize::from(*b % 36)).map(|c| *c as char))
                 .take(len - out.len()),
         );
     }

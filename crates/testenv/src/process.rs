@@ -34,15 +34,16 @@ fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
     static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
     SPAWNER.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<SpawnRequest>();
-        std::thread::Builder::new()
+        // If the thread cannot be spawned, `rx` is dropped with it and every later start
+        // fails with "testenv spawner thread is gone".
+        let _spawned = std::thread::Builder::new()
             .name("testenv-spawner".into())
             .spawn(move || {
                 // The sender lives in a static, so this loop ends only with the process.
                 for (mut cmd, reply) in rx {
                     let _ = reply.send(cmd.spawn());
                 }
-            })
-            .expect("spawning the testenv spawner thread");
+            });
         Mutex::new(tx)
     })
 }
@@ -204,7 +205,9 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     let mut buf = String::new();
     let _ = f.read_to_string(&mut buf);
     let all: Vec<&str> = buf.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
+    all.get(all.len().saturating_sub(lines)..)
+        .unwrap_or_default()
+        .join("\n")
 }
 
 /// Whether a process with this pid exists and is not a zombie.

@@ -2,6 +2,12 @@
 //! tokens, node client certificates), the Node authorizer, NodeRestriction, and the CSR API's
 //! signer-scoped approval permission.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };

@@ -4,6 +4,12 @@
 //!
 //! One KCM serves every test in this binary (two KCMs would race for the same CSRs).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 

@@ -38,10 +38,14 @@ impl Cursor<'_> {
         if n < min_len {
             return Err(ExpirationError::Syntax(what));
         }
-        let v = self.s[..n]
+        let (digits, rest) = self
+            .s
+            .split_at_checked(n)
+            .ok_or(ExpirationError::Syntax(what))?;
+        let v = digits
             .iter()
             .fold(0u32, |acc, b| acc * 10 + u32::from(b - b'0'));
-        self.s = &self.s[n..];
+        self.s = rest;
         Ok(v)
     }
 
@@ -100,7 +104,7 @@ pub fn parse_expiration(s: &str) -> Result<Timestamp, ExpirationError> {
     if let [b'.' | b',', d, ..] = c.s
         && d.is_ascii_digit()
     {
-        c.s = &c.s[1..];
+        c.s = c.s.get(1..).unwrap_or_default();
         let n = c.s.iter().take_while(|b| b.is_ascii_digit()).count();
         // Go keeps the first nine digits and ignores the rest.
         for i in 0..9 {
@@ -110,7 +114,7 @@ pub fn parse_expiration(s: &str) -> Result<Timestamp, ExpirationError> {
                     .filter(|_| i < n)
                     .map_or(0, |b| u32::from(b - b'0'));
         }
-        c.s = &c.s[n..];
+        c.s = c.s.get(n..).unwrap_or_default();
     }
     let offset_seconds: i64 = match c.s {
         [b'Z'] => 0,

@@ -121,7 +121,7 @@ impl CaPin {
         }
         let mut out = [0u8; 32];
         let nibble = |i: usize| -> Result<u8, PinError> {
-            let c = value.as_bytes()[i];
+            let c = value.as_bytes().get(i).copied().unwrap_or(b'?');
             (c as char)
                 .to_digit(16)
                 .and_then(|d| u8::try_from(d).ok())
@@ -168,12 +168,12 @@ pub fn certificates_from_pem(pem: &[u8]) -> Result<Vec<Vec<u8>>, PinError> {
     let mut rest = pem;
     let mut certs = Vec::new();
     while let Some(start) = find(rest, BEGIN) {
-        let block = &rest[start..];
-        let after_begin = &block[BEGIN.len()..];
+        let block = rest.get(start..).unwrap_or_default();
+        let after_begin = block.get(BEGIN.len()..).unwrap_or_default();
         let Some(label_len) = find(after_begin, DASHES) else {
             break;
         };
-        let label = &after_begin[..label_len];
+        let label = after_begin.get(..label_len).unwrap_or_default();
         let mut end_marker = b"-----END ".to_vec();
         end_marker.extend_from_slice(label);
         end_marker.extend_from_slice(DASHES);
@@ -185,15 +185,14 @@ pub fn certificates_from_pem(pem: &[u8]) -> Result<Vec<Vec<u8>>, PinError> {
         };
         let block_len = end + end_marker.len();
         if label == b"CERTIFICATE" {
-            let (_, der) = pem_rfc7468::decode_vec(&block[..block_len]).map_err(|e| {
-                PinError::Certificate {
+            let (_, der) = pem_rfc7468::decode_vec(block.get(..block_len).unwrap_or_default())
+                .map_err(|e| PinError::Certificate {
                     index: certs.len(),
                     reason: e.to_string(),
-                }
-            })?;
+                })?;
             certs.push(der);
         }
-        rest = &block[block_len..];
+        rest = block.get(block_len..).unwrap_or_default();
     }
     if certs.is_empty() {
         return Err(PinError::NoCertificate);

@@ -246,18 +246,24 @@ impl BootstrapToken {
         let mut pool = Zeroizing::new([0u8; 64]);
         let mut filled = 0;
         while filled < chars.len() {
-            rng.try_fill_bytes(&mut pool[..])?;
+            rng.try_fill_bytes(pool.as_mut_slice())?;
             for &b in pool.iter() {
-                if b < REJECTION_LIMIT && filled < chars.len() {
-                    chars[filled] = ALPHABET[usize::from(b % 36)];
+                if b >= REJECTION_LIMIT {
+                    continue;
+                }
+                if let (Some(slot), Some(&c)) =
+                    (chars.get_mut(filled), ALPHABET.get(usize::from(b % 36)))
+                {
+                    *slot = c;
                     filled += 1;
                 }
             }
         }
+        let (id_chars, secret_chars) = chars.split_at(TOKEN_ID_LEN);
         let mut id = [0u8; TOKEN_ID_LEN];
-        id.copy_from_slice(&chars[..TOKEN_ID_LEN]);
+        id.copy_from_slice(id_chars);
         let mut secret = [0u8; TOKEN_SECRET_LEN];
-        secret.copy_from_slice(&chars[TOKEN_ID_LEN..]);
+        secret.copy_from_slice(secret_chars);
         let token = Self {
             id: TokenId(id),
             secret: TokenSecret(secret),

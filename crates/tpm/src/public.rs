@@ -490,12 +490,10 @@ pub fn public_from_spki(spki_der: &[u8]) -> Result<Public, &'static str> {
     if let Ok(k) = rsa::RsaPublicKey::from_public_key_der(spki_der) {
         let modulus = k.n().to_be_bytes_trimmed_vartime().to_vec();
         let e = k.e().to_be_bytes_trimmed_vartime();
-        let mut eb = [0u8; 4];
         if e.len() > 4 {
             return Err("RSA exponent longer than 32 bits");
         }
-        eb[4 - e.len()..].copy_from_slice(&e);
-        let exponent = u32::from_be_bytes(eb);
+        let exponent = e.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b));
         let key_bits = u16::try_from(modulus.len() * 8).map_err(|_| "RSA modulus too long")?;
         return Ok(Public::new(
             id::SHA256,

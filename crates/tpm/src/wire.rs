@@ -42,26 +42,32 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The next `N` bytes as an array.
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], ParseError> {
+        let left = self.remaining();
+        self.bytes(field, N)?
+            .try_into()
+            .map_err(|_| ParseError::Truncated {
+                field,
+                needed: N,
+                left,
+            })
+    }
+
     pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, ParseError> {
-        let b = self.bytes(field, 1)?;
-        Ok(b[0])
+        self.array::<1>(field).map(u8::from_be_bytes)
     }
 
     pub(crate) fn u16(&mut self, field: &'static str) -> Result<u16, ParseError> {
-        let b = self.bytes(field, 2)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
+        self.array(field).map(u16::from_be_bytes)
     }
 
     pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, ParseError> {
-        let b = self.bytes(field, 4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        self.array(field).map(u32::from_be_bytes)
     }
 
     pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, ParseError> {
-        let b = self.bytes(field, 8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_be_bytes(a))
+        self.array(field).map(u64::from_be_bytes)
     }
 
     /// A TPM2B: `u16 size || size bytes`, with `size <= max`.

@@ -4,6 +4,12 @@
 //!
 //! Run: `cargo test -p nodeauth-tpm --features esapi --test swtpm`.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,12 @@
 //! `helm` with its state kept out of $HOME.
 
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

@@ -2,6 +2,12 @@
 //! one checked call, a warm-up that also estimates the cost of a call, then `batches` batches
 //! sized to take about `batch` each; the median batch's ns/op is reported.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // benchmark and fuzz harnesses: fixed inputs, and a panic is the finding
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,12 @@
 //! deploy/approver/policy.yaml, and make CSRs, Nodes and requesters.
 
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,12 @@
 //! tests (`#[path]`-included next to `mod common`).
 
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use crate::common::*;
 use nodeauth_attest::attested_csr;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};

@@ -1,7 +1,12 @@
 //! Shared by this binary's integration tests: run bootstrap-signer under deploy/ RBAC.
 
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::collections::BTreeMap;
 use std::time::Duration;
 

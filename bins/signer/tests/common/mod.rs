@@ -2,7 +2,12 @@
 //! approve them as admin (the approver is not used here), wait for the outcome.
 
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

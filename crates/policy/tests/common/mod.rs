@@ -1,6 +1,11 @@
 //! Test fixtures: CSR facts and contexts.
 #![allow(dead_code)]
-
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 use std::net::IpAddr;
 
 use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
