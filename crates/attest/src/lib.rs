@@ -93,7 +93,7 @@ pub use ticket::{
     unix_seconds,
 };
 pub use verify::{
-    Assurance, AttestationInput, DuplicateProvider, Purpose, Registry, Rejection,
-    SUPPORTED_VERSIONS_ANNOTATION, SingleUse, Verified, VerifiedIdentity, Verifier,
+    Assurance, AttestationInput, DuplicateProvider, MAX_MACHINE_NAME_LEN, Purpose, Registry,
+    Rejection, SUPPORTED_VERSIONS_ANNOTATION, SingleUse, Verified, VerifiedIdentity, Verifier,
     format_versions, negotiate_version, node_name, parse_versions,
 };

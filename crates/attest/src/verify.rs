@@ -243,6 +243,11 @@ impl Verified {
     }
 }
 
+/// The longest machine name a verified attestation may prove, in bytes: the maximum length of a
+/// Kubernetes object name (a DNS-1123 subdomain), which a Machine's name is. A verifier whose
+/// evidence names a longer one is refused with [`Rejection::MachineNameTooLong`].
+pub const MAX_MACHINE_NAME_LEN: usize = 253;
+
 /// Why an attestation was refused. Messages say what to fix; [`Rejection::code`] is stable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -318,6 +323,17 @@ pub enum Rejection {
         /// What is wrong.
         reason: String,
     },
+    /// The machine name the evidence proves is longer than [`MAX_MACHINE_NAME_LEN`] bytes: no
+    /// Kubernetes object can be named so, and the caller keeps the name per CSR.
+    #[error(
+        "attestation provider {provider:?} names a machine of {len} bytes, longer than the {MAX_MACHINE_NAME_LEN}-byte maximum of an object name"
+    )]
+    MachineNameTooLong {
+        /// The provider.
+        provider: String,
+        /// The machine name's length in bytes.
+        len: usize,
+    },
     /// The evidence does not prove what it claims (bad signature, unknown machine, ...).
     #[error("attestation evidence for provider {provider:?} was refused: {reason}")]
     Evidence {
@@ -357,6 +373,7 @@ impl Rejection {
             Rejection::KeyBindingMismatch => "attestation.key_binding.mismatch",
             Rejection::ProviderIdMismatch { .. } => "attestation.provider_id.mismatch",
             Rejection::MalformedPayload { .. } => "attestation.payload.malformed",
+            Rejection::MachineNameTooLong { .. } => "attestation.machine_name.too_long",
             Rejection::Evidence { .. } => "attestation.evidence.refused",
             Rejection::Tofu(t) => match t {
                 TofuError::IdentityBoundToOtherMachine { .. } => {
@@ -514,7 +531,8 @@ impl Registry {
     }
 
     /// Decodes the CSR's envelope, finds its verifier, checks the payload version, dispatches on
-    /// `purpose`, and checks that an attested provider ID matches the CSR's ProviderID.
+    /// `purpose`, checks that the proved machine name is at most [`MAX_MACHINE_NAME_LEN`] bytes,
+    /// and checks that an attested provider ID matches the CSR's ProviderID.
     ///
     /// # Errors
     /// A [`Rejection`]: [`NoAttestation`](Rejection::NoAttestation) when the CSR has no blocks.
@@ -553,6 +571,13 @@ impl Registry {
             }
             Purpose::Serving => verifier.verify_serving_attestation(&input)?,
         };
+        let len = verified.identity.machine_name.len();
+        if len > MAX_MACHINE_NAME_LEN {
+            return Err(Rejection::MachineNameTooLong {
+                provider: verified.identity.provider.clone(),
+                len,
+            });
+        }
         if let Some(attested) = &verified.identity.provider_id
             && csr.provider_id() != Some(attested.as_str())
         {

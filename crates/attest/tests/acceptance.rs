@@ -140,6 +140,46 @@ fn insecure_round_trip_and_limits() {
     }
 }
 
+/// A verified machine name is at most an object name long (253 bytes): the approver keeps it
+/// per CSR, and the evidence of a hostile requester could name a machine of megabytes.
+#[test]
+fn a_machine_name_longer_than_an_object_name_is_refused_naming_its_length() {
+    let f = fixture();
+    for (len, ok) in [
+        (MAX_MACHINE_NAME_LEN, true),
+        (MAX_MACHINE_NAME_LEN + 1, false),
+        (1 << 20, false),
+    ] {
+        let key = CsrSigningKey::generate_p256().unwrap();
+        let attestor = InsecureAttestor::new("kind://docker/w1").machine_name("m".repeat(len));
+        let pem = attested_csr(
+            CsrBuilder::kubelet_client("worker-1"),
+            &key,
+            "worker-1",
+            &attestor,
+            None,
+            None,
+        )
+        .unwrap();
+        let csr = through_spec_request(&pem);
+        match f.verify(&csr, Purpose::ClientBootstrap, f.now) {
+            Ok(id) => assert!(ok && id.machine_name.len() == len, "{len} bytes accepted"),
+            Err(err) => {
+                assert!(!ok, "{len} bytes refused: {err}");
+                assert!(
+                    matches!(err, Rejection::MachineNameTooLong { len: l, .. } if l == len),
+                    "{err}"
+                );
+                assert_eq!(err.code(), "attestation.machine_name.too_long");
+                assert!(
+                    err.to_string().contains(&format!("machine of {len} bytes")),
+                    "{err}"
+                );
+            }
+        }
+    }
+}
+
 #[cfg(feature = "null-provider")]
 #[test]
 fn null_round_trip_accepts_everything() {
