@@ -171,7 +171,8 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                     message: e.to_string(),
                 }],
             };
-            return record(csr, name, &spec.signer_name, username, None, decision, ctx).await;
+            let signer = signer_label(policy, &spec.signer_name);
+            return record(csr, name, signer, username, None, decision, ctx).await;
         }
     };
     let lookup_error = |source| Error::Lookup {
@@ -239,13 +240,22 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     record(
         csr,
         name,
-        &facts.signer_name,
+        signer_label(policy, &facts.signer_name),
         &facts.username,
         node.as_deref(),
         decision,
         ctx,
     )
     .await
+}
+
+/// The `signer` label of this CSR's metrics: the entry of its covering policy's `signers` that
+/// covers it (an exact name, or a `prefix*`), never the signer name itself, which whoever
+/// creates the CSR picks: made-up names must not grow the metric families.
+fn signer_label<'p>(policy: &'p Policy, signer_name: &str) -> &'p str {
+    policy
+        .signer_entry(signer_name)
+        .unwrap_or(crate::metrics::OTHER_SIGNER)
 }
 
 /// Rule codes that fail only because the Node is missing (waited for, up to `--node-wait`).
@@ -424,6 +434,7 @@ fn older_pending_for_name(
         .map(|(_, name)| name)
 }
 
+/// `signer`: the metric label ([`signer_label`]), not the CSR's signer name.
 async fn record(
     csr: &CertificateSigningRequest,
     name: &str,
@@ -437,7 +448,7 @@ async fn record(
     let message = decision.condition_message();
     tracing::info!(
         csr = name,
-        signer,
+        signer = %csr.spec.signer_name,
         requester,
         node = node.unwrap_or(""),
         policy = %decision.policy,

@@ -13,6 +13,11 @@ use prometheus_client::metrics::histogram::Histogram;
 
 use crate::decide::Ctx;
 
+/// The `signer` label of a CSR no policy's `signers` cover. Every `signer` label is an entry of
+/// a policy's `signers` (an exact name, or a `prefix*`) or this: never the CSR's signer name,
+/// which whoever creates the CSR picks (50 made-up names would make 50 series, for ever).
+pub const OTHER_SIGNER: &str = "other";
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
     pub verdict: String,
@@ -44,13 +49,15 @@ pub struct SignerLabels {
 
 #[derive(Clone)]
 pub struct Metrics {
-    /// `nodeauth_approver_decisions_total{verdict,signer,policy,dry_run}`.
+    /// `nodeauth_approver_decisions_total{verdict,signer,policy,dry_run}`; `signer` is the
+    /// deciding policy's `signers` entry that covers the CSR (see [`OTHER_SIGNER`]).
     pub decisions: Family<DecisionLabels, Counter>,
     /// `nodeauth_approver_rule_failures_total{code,signer}`: failed rules of decisions made.
     pub rule_failures: Family<RuleLabels, Counter>,
     /// `nodeauth_approver_evaluation_seconds`: policy evaluation alone (facts already looked up).
     pub evaluation: Histogram,
-    /// `nodeauth_approver_pending_csrs{signer}`: CSRs without a decision, per signer.
+    /// `nodeauth_approver_pending_csrs{signer}`: CSRs without a decision, per `signers` entry
+    /// of the first policy covering their signer name, or [`OTHER_SIGNER`].
     pub pending: Family<SignerLabels, Gauge>,
     /// `nodeauth_approver_oldest_pending_seconds{signer}`: age of the oldest pending CSR.
     pub oldest_pending: Family<SignerLabels, Gauge>,
@@ -110,12 +117,12 @@ impl Metrics {
         );
         registry.register(
             "nodeauth_approver_pending_csrs",
-            "CSRs with no Approved, Denied or Failed condition, by signer",
+            "CSRs with no Approved, Denied or Failed condition, by the covering policy's signers entry (or other)",
             m.pending.clone(),
         );
         registry.register(
             "nodeauth_approver_oldest_pending_seconds",
-            "Age of the oldest CSR with no decision, by signer",
+            "Age of the oldest CSR with no decision, by the covering policy's signers entry (or other)",
             m.oldest_pending.clone(),
         );
         m
@@ -132,9 +139,18 @@ pub async fn track_pending(ctx: Arc<Ctx>, stop: CancellationToken) {
             _ = tick.tick() => {}
         }
         let now = jiff::Timestamp::now();
+        let policies = ctx.policies.current();
+        let label = |signer_name: &str| {
+            policies
+                .iter()
+                .flat_map(|s| s.policies())
+                .find_map(|p| p.signer_entry(signer_name))
+                .unwrap_or(OTHER_SIGNER)
+                .to_owned()
+        };
         let mut per_signer: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
         for csr in ctx.csr_store.state() {
-            let entry = per_signer.entry(csr.spec.signer_name.clone()).or_default();
+            let entry = per_signer.entry(label(&csr.spec.signer_name)).or_default();
             if csr_state(&csr).is_decided() {
                 continue;
             }
@@ -144,7 +160,8 @@ pub async fn track_pending(ctx: Arc<Ctx>, stop: CancellationToken) {
                 entry.1 = entry.1.max(age);
             }
         }
-        // Signers seen once keep a series (at 0) so alerts see the drop.
+        // Labels seen once keep a series (at 0) so alerts see the drop (a bounded set: the
+        // policies' `signers` entries, and `other`).
         for signer in &seen {
             per_signer.entry(String::clone(signer)).or_default();
         }

@@ -681,10 +681,30 @@ impl Policy {
 
     /// Whether the policy covers this signer name.
     pub fn covers_signer(&self, signer_name: &str) -> bool {
-        self.signers.iter().any(|s| match s.strip_suffix('*') {
-            Some(prefix) => signer_name.starts_with(prefix),
-            None => s == signer_name,
-        })
+        self.signer_entry(signer_name).is_some()
+    }
+
+    /// The entry of [`Policy::signers`] that covers this signer name (the first, as written:
+    /// an exact name, or a prefix ending in `*`), or `None`. Unlike the signer name, which
+    /// whoever creates a CSR picks, the entries are the operator's: a bounded set, fit to
+    /// label metrics with.
+    ///
+    /// ```
+    /// let policy: nodeauth_policy::Policy = serde_yaml::from_str(
+    ///     "{name: p, signers: [example.com/a, example.com/b-*], rules: [{rule: cnMatchesUsername}]}",
+    /// ).unwrap();
+    /// assert_eq!(policy.signer_entry("example.com/b-xyz"), Some("example.com/b-*"));
+    /// assert_eq!(policy.signer_entry("example.com/a"), Some("example.com/a"));
+    /// assert_eq!(policy.signer_entry("example.com/c"), None);
+    /// ```
+    pub fn signer_entry(&self, signer_name: &str) -> Option<&str> {
+        self.signers
+            .iter()
+            .find(|s| match s.strip_suffix('*') {
+                Some(prefix) => signer_name.starts_with(prefix),
+                None => *s == signer_name,
+            })
+            .map(String::as_str)
     }
 
     /// The single-policy preset of this name (see [`Policy::PRESETS`]). The `openshift` and
