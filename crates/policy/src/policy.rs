@@ -86,7 +86,11 @@ pub enum OnFailure {
 }
 
 /// One rule. Each reports pass or fail with a stable code (listed per variant).
+///
+/// An unknown field is an error naming it, for a rule without fields too (`deny_unknown_fields`
+/// alone lets `{rule: cnMatchesUsername, anyOf: [x]}` through: see the `Deserialize` impl).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self")]
 #[serde(tag = "rule", rename_all = "camelCase", deny_unknown_fields)]
 pub enum Rule {
     /// The CSR crate's profile for the CSR's signer (subject, SANs, key, usages, extensions and,
@@ -469,6 +473,38 @@ fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
 
 source_text_value!(Cidr);
 
+impl Serialize for Rule {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Rule::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Rule {
+    /// The derived deserializer (`#[serde(remote = "Self")]`), which ignores unknown fields of
+    /// a variant without fields (serde's internally tagged unit variants); those are errors
+    /// here, naming the field.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let value = serde_yaml::Value::deserialize(deserializer)?;
+        let extra = value.as_mapping().and_then(|m| {
+            m.keys()
+                .find(|k| k.as_str() != Some("rule"))
+                .map(|k| match k.as_str() {
+                    Some(k) => k.to_owned(),
+                    None => format!("{k:?}"),
+                })
+        });
+        let rule = Rule::deserialize(value).map_err(D::Error::custom)?;
+        match extra {
+            Some(field) if !rule.has_fields() => Err(D::Error::custom(format!(
+                "unknown field `{field}`: rule {} has no fields",
+                rule.name()
+            ))),
+            _ => Ok(rule),
+        }
+    }
+}
+
 impl Rule {
     /// The rule's YAML name, e.g. `sansDnsMatch`.
     pub fn name(&self) -> &'static str {
@@ -495,6 +531,34 @@ impl Rule {
             Rule::SansIpInCidrs { .. } => "sansIpInCidrs",
             Rule::SansMaxCount { .. } => "sansMaxCount",
             Rule::KeyAlgorithm { .. } => "keyAlgorithm",
+        }
+    }
+
+    /// Whether the rule has fields of its own (besides `rule`).
+    fn has_fields(&self) -> bool {
+        match self {
+            Rule::CsrProfile { .. } => true,
+            Rule::CnMatchesUsername => false,
+            Rule::RequesterGroup { .. } => true,
+            Rule::NodeMustNotExist => false,
+            Rule::NodeMustExist => false,
+            Rule::SansWithinNodeAddresses => false,
+            Rule::SansFromTrustedSources { .. } => true,
+            Rule::MaxDurationSeconds { .. } => true,
+            Rule::SubjectAccessReview { .. } => true,
+            Rule::Attestation { .. } => true,
+            Rule::SupersededByNewer => false,
+            Rule::MachineMustExist => false,
+            Rule::MachineNotLinked => false,
+            Rule::MachineBootstrapReady => false,
+            Rule::MachineCreatedWithin { .. } => true,
+            Rule::SansWithinMachineAddresses => false,
+            Rule::ProviderIdMatchesMachine => false,
+            Rule::SansDnsMatch { .. } => true,
+            Rule::SansHostnamePrefix { .. } => true,
+            Rule::SansIpInCidrs { .. } => true,
+            Rule::SansMaxCount { .. } => true,
+            Rule::KeyAlgorithm { .. } => true,
         }
     }
 

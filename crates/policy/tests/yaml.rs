@@ -133,6 +133,45 @@ fn unknown_fields_are_named() {
     assert!(unknown_rule.contains("trustMe"), "{unknown_rule}");
 }
 
+/// A rule without fields refuses fields too (serde's `deny_unknown_fields` alone does not, for
+/// internally tagged unit variants): a typo or a misplaced field is an error naming it, from
+/// YAML and from JSON (a NodeAuthPolicy object's spec) alike.
+#[test]
+fn unknown_fields_of_a_rule_without_fields_are_named() {
+    for rule in [
+        "cnMatchesUsername",
+        "nodeMustExist",
+        "nodeMustNotExist",
+        "supersededByNewer",
+        "sansWithinNodeAddresses",
+    ] {
+        let message = yaml_error(&format!(
+            "name: p\nsigners: [a]\nrules:\n  - rule: {rule}\n    anyOf: [system:nodes]\n"
+        ));
+        assert!(
+            message.contains("anyOf") && message.contains(rule),
+            "{message}"
+        );
+        let json = serde_json::json!({"rule": rule, "bogus": true});
+        let err = serde_json::from_value::<Rule>(json)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bogus"), "{err}");
+        // Without the field, and round-tripped, it still reads.
+        let ok: Rule = serde_json::from_value(serde_json::json!({"rule": rule})).unwrap();
+        let back = serde_json::to_value(&ok).unwrap();
+        assert_eq!(serde_json::from_value::<Rule>(back).unwrap(), ok);
+    }
+    // Rules with fields are unchanged: known fields read, defaults apply.
+    let profile: Rule = serde_json::from_value(serde_json::json!({"rule": "csrProfile"})).unwrap();
+    assert_eq!(
+        profile,
+        Rule::CsrProfile {
+            verify_signature: true
+        }
+    );
+}
+
 #[test]
 fn nonsense_is_rejected() {
     for doc in [
