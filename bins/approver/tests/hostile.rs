@@ -323,8 +323,9 @@ fn memory(pid: u32) -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// After a row: the approver lives, still approves a normal CSR within 30 s, and its memory
+/// After a row (shown with --nocapture: the memory after each row): the approver lives, still approves a normal CSR within 30 s, and its memory
 /// (now and peak) is under the bound.
+#[allow(clippy::print_stderr)]
 async fn still_serving(approver: &Approver, bootstrap: &kube::Client, after: &str) -> (u64, u64) {
     let pid = approver.process.pid();
     assert!(
@@ -419,6 +420,7 @@ async fn largest_that_fits(
 }
 
 #[tokio::test]
+#[allow(clippy::print_stderr)] // shown with --nocapture: memory and each row's outcome
 async fn hostile_objects_are_denied_naming_the_field_and_the_approver_keeps_serving() {
     let approver = approver().await;
     let bootstrap = bootstrap_client().await;
