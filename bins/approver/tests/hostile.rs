@@ -661,7 +661,7 @@ async fn hostile_objects_are_denied_naming_the_field_and_the_approver_keeps_serv
 
 /// The approver with only `--policy=<file with text>`: it must exit non-zero within 30 s (before
 /// reaching any cluster), its error naming `field`.
-fn refuses_policy_file(text: &str, field: &str) {
+fn refuses_policy_file(text: &str, field: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policy.yaml");
     std::fs::write(&policy, text).unwrap();
@@ -697,6 +697,7 @@ fn refuses_policy_file(text: &str, field: &str) {
         "it read the policy after the kubeconfig: {}",
         output.chars().take(500).collect::<String>()
     );
+    output
 }
 
 /// A 100 KiB "CIDR" full of control characters.
@@ -718,26 +719,28 @@ fn cidr_policy(cidr: &str) -> serde_json::Value {
 #[test]
 fn a_bad_policy_file_stops_the_approver_naming_the_field() {
     let good = |extra: &str| format!("name: p\nsigners: [example.com/a]\n{extra}");
-    refuses_policy_file(
+    let _ = refuses_policy_file(
         &good("rules:\n- rule: cnMatchesUsername\nbogusTopLevel: 1\n"),
         "bogusTopLevel",
     );
-    refuses_policy_file(
+    let _ = refuses_policy_file(
         &good("rules:\n- rule: cnMatchesUsername\n  bogusInRule: true\n"),
         "bogusInRule",
     );
-    refuses_policy_file(
+    let _ = refuses_policy_file(
         &good("rules:\n- rule: sansIpInCidrs\n  cidrs: [\"10.0.0.1/8\", \"300.0.0.0/8\"]\n"),
         "cidrs[0]",
     );
-    // YAML carries the control characters escaped in a double-quoted string.
+    // YAML carries the control characters escaped in a double-quoted string. The error names
+    // the field and quotes only the start of the value.
     let escaped = serde_json::to_string(&hostile_cidr()).unwrap();
-    refuses_policy_file(
+    let output = refuses_policy_file(
         &good(&format!(
             "rules:\n- rule: sansIpInCidrs\n  cidrs: [{escaped}]\n"
         )),
         "cidrs[0]",
     );
+    assert!(output.len() < 4096, "{} bytes of error", output.len());
 }
 
 /// Waits (30 s) for an InvalidPolicy Event about the NodeAuthPolicy `policy` naming `field`.
@@ -835,7 +838,11 @@ async fn bad_node_auth_policies_are_reported_naming_the_field_and_the_others_kee
     invalid_policy_event(&in_rule, "bogusInRule").await;
     invalid_policy_event(&invalid, "cidrs[0]").await;
     let note = invalid_policy_event(&huge, "cidrs[0]").await;
-    assert!(note.len() <= 1024, "an Event note of {} bytes", note.len());
+    assert!(
+        note.len() <= 1024 && note.contains(" bytes)"),
+        "an Event note of {} bytes: {note}",
+        note.len()
+    );
 
     // The others keep deciding: the flag policies, and the good NodeAuthPolicy.
     let probe = client_csr(&bootstrap, &unique_name("probe")).await;

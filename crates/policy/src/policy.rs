@@ -439,14 +439,30 @@ impl Cidr {
     }
 }
 
+/// Longest part of a bad CIDR quoted in its error: a policy may carry anything there (a
+/// NodeAuthPolicy's Event, a process's exit message), and its field is named first.
+const MAX_QUOTED_CIDR: usize = 64;
+
+/// `text` quoted (`{:?}`), its first [`MAX_QUOTED_CIDR`] bytes only when longer, with its length.
+fn quote_cidr(text: &str) -> String {
+    if text.len() <= MAX_QUOTED_CIDR {
+        return format!("{text:?}");
+    }
+    let mut end = MAX_QUOTED_CIDR;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &text[..end], text.len())
+}
+
 fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
     use std::net::IpAddr;
     let (address, prefix) = source
         .split_once('/')
-        .ok_or_else(|| format!("{source:?} is not address/prefix"))?;
+        .ok_or_else(|| format!("{} is not address/prefix", quote_cidr(source)))?;
     let address: IpAddr = address
         .parse()
-        .map_err(|_| format!("{address:?} is not an IP address"))?;
+        .map_err(|_| format!("{} is not an IP address", quote_cidr(address)))?;
     let max: u8 = if address.is_ipv4() { 32 } else { 128 };
     let prefix = prefix
         .parse::<u8>()
@@ -454,7 +470,12 @@ fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
         .filter(|p| {
             *p <= max && !prefix.starts_with('+') && !(prefix.len() > 1 && prefix.starts_with('0'))
         })
-        .ok_or_else(|| format!("{prefix:?} is not a prefix length from 0 to {max}"))?;
+        .ok_or_else(|| {
+            format!(
+                "{} is not a prefix length from 0 to {max}",
+                quote_cidr(prefix)
+            )
+        })?;
     let host_bits_clear = match address {
         IpAddr::V4(a) => {
             u32::from(a) & !u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0) == 0
@@ -465,7 +486,8 @@ fn parse_cidr(source: &str) -> Result<(std::net::IpAddr, u8), String> {
     };
     if !host_bits_clear {
         return Err(format!(
-            "{source:?} has host bits set beyond the /{prefix} prefix"
+            "{} has host bits set beyond the /{prefix} prefix",
+            quote_cidr(source)
         ));
     }
     Ok((address, prefix))

@@ -188,6 +188,28 @@ fn nonsense_is_rejected() {
     }
 }
 
+/// A hostile CIDR (100 KiB of control characters) is named, not echoed: the error quotes its
+/// first 64 bytes and says how long it is.
+#[test]
+fn a_huge_bad_cidr_is_named_not_echoed() {
+    let mut cidr = "10.0.0.0/8".to_owned();
+    while cidr.len() < 100 * 1024 {
+        cidr.push_str("\u{1}\u{7}\u{1b}[2J\r\u{e9}");
+    }
+    let doc = format!(
+        "name: p\nsigners: [a]\nrules:\n  - rule: sansIpInCidrs\n    cidrs: [{}]\n",
+        serde_json::to_string(&cidr).unwrap()
+    );
+    let reason = invalid_reason(&doc);
+    assert!(
+        reason.starts_with("rules[0] (sansIpInCidrs).cidrs[0] invalid CIDR"),
+        "{reason}"
+    );
+    assert!(reason.len() < 400, "{} bytes: {reason}", reason.len());
+    let prefix = cidr.split_once('/').unwrap().1.len();
+    assert!(reason.contains(&format!("({prefix} bytes)")), "{reason}");
+}
+
 fn invalid_reason(doc: &str) -> String {
     match Policy::from_yaml(doc) {
         Err(PolicyError::Invalid { reason, .. }) => reason,
