@@ -6,6 +6,12 @@
 //! is asserted (API objects, /proc, /metrics, an exited process's status and error), never a
 //! log line; every wait polls with a deadline.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use std::collections::BTreeSet;

@@ -6,16 +6,13 @@
 //! endpoint and certifies that very key in the TPM, which is why attestation happens per request
 //! and not once per process.
 
-use std::future::Future;
-use std::pin::Pin;
-
 use nodeauth_attest::{Attestor, attested_csr};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 
 use crate::csr::PrepareError;
 
-/// A boxed future, as returned by [`RequestAttestation::attested_pem`].
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed future, as returned by [`RequestAttestation::attested_pem`] (attest's, re-exported).
+pub use nodeauth_attest::BoxFuture;
 
 /// Attests one certificate request.
 pub trait RequestAttestation: Send + Sync {

@@ -11,7 +11,7 @@ use nodeauth_token::BootstrapToken;
 use crate::attestation::RequestAttestation;
 use crate::csr::CertificateKind;
 use crate::discovery::{self, Discovered, DiscoveryError, DiscoverySource, RetryPolicy};
-use crate::kubeconfig::{self, KubeconfigError};
+use crate::kubeconfig::{self, ClientConfigError};
 use crate::rotation::RotationPolicy;
 use crate::{AgentError, NodeAgent, Outcome};
 
@@ -104,7 +104,7 @@ pub enum JoinError {
     NoBootstrap(PathBuf),
     /// A kubeconfig could not be written.
     #[error(transparent)]
-    Write(#[from] KubeconfigError),
+    Write(#[from] ClientConfigError),
     /// The client certificate was not issued.
     #[error(transparent)]
     Agent(#[from] AgentError),

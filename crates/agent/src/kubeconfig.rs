@@ -17,7 +17,7 @@ pub use nodeauth_token::kubeconfig::{
 /// Why a kubeconfig could not be written, read or turned into a client.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum KubeconfigError {
+pub enum ClientConfigError {
     /// A file operation failed.
     #[error("{action} {}: {source}", path.display())]
     Io {
@@ -49,23 +49,23 @@ pub enum KubeconfigError {
 /// exclusive temporary name, fsync, rename, directory fsync).
 ///
 /// # Errors
-/// [`KubeconfigError::Write`].
-pub fn write_private(path: &Path, content: &str) -> Result<(), KubeconfigError> {
+/// [`ClientConfigError::Write`].
+pub fn write_private(path: &Path, content: &str) -> Result<(), ClientConfigError> {
     Ok(nodeauth_certstore::write_private(path, content.as_bytes())?)
 }
 
 /// The kube client configuration a kubeconfig file describes (its current context).
 ///
 /// # Errors
-/// [`KubeconfigError`].
-pub async fn config_from_file(path: &Path) -> Result<kube::Config, KubeconfigError> {
-    let kc = Kubeconfig::read_from(path).map_err(|e| KubeconfigError::Invalid {
+/// [`ClientConfigError`].
+pub async fn config_from_file(path: &Path) -> Result<kube::Config, ClientConfigError> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| ClientConfigError::Invalid {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
     kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
-        .map_err(|e| KubeconfigError::Invalid {
+        .map_err(|e| ClientConfigError::Invalid {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })
@@ -74,8 +74,11 @@ pub async fn config_from_file(path: &Path) -> Result<kube::Config, KubeconfigErr
 /// A client for `cluster` (server and CA of `base`) authenticating with `pair`.
 ///
 /// # Errors
-/// [`KubeconfigError::Client`].
-pub fn client_with_pair(base: &kube::Config, pair: &Pair) -> Result<kube::Client, KubeconfigError> {
+/// [`ClientConfigError::Client`].
+pub fn client_with_pair(
+    base: &kube::Config,
+    pair: &Pair,
+) -> Result<kube::Client, ClientConfigError> {
     let mut config = base.clone();
     config.auth_info = kube::config::AuthInfo {
         client_certificate_data: Some(Base64::encode_string(pair.certificate_pem().as_bytes())),
@@ -84,15 +87,15 @@ pub fn client_with_pair(base: &kube::Config, pair: &Pair) -> Result<kube::Client
         ))),
         ..Default::default()
     };
-    kube::Client::try_from(config).map_err(|e| KubeconfigError::Client(e.to_string()))
+    kube::Client::try_from(config).map_err(|e| ClientConfigError::Client(e.to_string()))
 }
 
 /// A client from a kube configuration.
 ///
 /// # Errors
-/// [`KubeconfigError::Client`].
-pub fn client(config: kube::Config) -> Result<kube::Client, KubeconfigError> {
-    kube::Client::try_from(config).map_err(|e| KubeconfigError::Client(e.to_string()))
+/// [`ClientConfigError::Client`].
+pub fn client(config: kube::Config) -> Result<kube::Client, ClientConfigError> {
+    kube::Client::try_from(config).map_err(|e| ClientConfigError::Client(e.to_string()))
 }
 
 #[cfg(test)]

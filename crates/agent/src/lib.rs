@@ -72,4 +72,4 @@ pub mod serving;
 #[cfg(feature = "tpm")]
 pub mod tpm;
 
-pub use node::{AgentError, Clock, CredentialUsed, NodeAgent, NodeConfig, Outcome};
+pub use node::{AgentError, CredentialUsed, NodeAgent, NodeConfig, Now, Outcome};

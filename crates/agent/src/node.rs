@@ -12,7 +12,7 @@ use nodeauth_certstore::{
 
 use crate::attestation::RequestAttestation;
 use crate::csr::{self, CertificateKind, CsrError, PrepareError};
-use crate::kubeconfig::{self, KubeconfigError};
+use crate::kubeconfig::{self, ClientConfigError};
 
 /// Where and how this node keeps its certificates.
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ pub enum AgentError {
     Store(#[from] StoreError),
     /// A kubeconfig could not be read or a client built.
     #[error(transparent)]
-    Kubeconfig(#[from] KubeconfigError),
+    Kubeconfig(#[from] ClientConfigError),
     /// No valid certificate and no bootstrap kubeconfig.
     #[error(
         "no valid {what} certificate in {} and no bootstrap kubeconfig at {} (run `agent join` first)",
@@ -134,14 +134,15 @@ impl AgentError {
     }
 }
 
-/// A clock, injectable for tests.
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+/// The current time, injectable for tests: what the agent compares certificate validity with.
+/// (The rotator's scheduling clock, which also sleeps, is [`crate::rotator::Clock`].)
+pub type Now = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// The node agent: its configuration and clock.
 #[derive(Clone)]
 pub struct NodeAgent {
     config: NodeConfig,
-    clock: Clock,
+    clock: Now,
 }
 
 impl core::fmt::Debug for NodeAgent {
@@ -163,7 +164,7 @@ impl NodeAgent {
 
     /// Replaces the clock (tests: pretend time has passed).
     #[must_use]
-    pub fn with_clock(mut self, clock: Clock) -> Self {
+    pub fn with_clock(mut self, clock: Now) -> Self {
         self.clock = clock;
         self
     }

@@ -34,7 +34,7 @@ use hyper_util::rt::TokioIo;
 
 use nodeauth_attest::{AttestError, attested_csr};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
-use nodeauth_tpm::agent::{AgentError as TssError, AkKind, Ek, EkKind, TpmAgent};
+use nodeauth_tpm::agent::{AkKind, Ek, EkKind, TpmAgent, TpmDeviceError as TssError};
 use nodeauth_tpm::endpoint::{
     ACTIVATE_PATH, ActivateRequest, ActivateResponse, CHALLENGE_PATH, ChallengeRequest,
     ChallengeResponse, ErrorResponse,

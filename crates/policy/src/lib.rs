@@ -174,7 +174,7 @@ pub use facts::{
     NameReservation, NodeFacts, SanHolder, SarAnswers, dns_eq,
 };
 pub use policy::{
-    Cidr, DEFAULT_CLOCK_SKEW_SECONDS, DnsPattern, KeyType, MAX_PATTERN_LEN,
+    Cidr, DEFAULT_CLOCK_SKEW_SECONDS, DnsPattern, KeyFamily, MAX_PATTERN_LEN,
     OPENSHIFT_NODE_BOOTSTRAPPER, OPENSHIFT_NODE_BOOTSTRAPPER_GROUP, OnFailure, Policy, Requesters,
     Rule, SarKind,
 };

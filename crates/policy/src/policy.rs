@@ -239,7 +239,7 @@ pub enum Rule {
     #[serde(rename_all = "camelCase")]
     KeyAlgorithm {
         /// The allowed key types (must not be empty).
-        allowed: Vec<KeyType>,
+        allowed: Vec<KeyFamily>,
         /// The minimum RSA modulus size; only with `rsa` allowed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         min_rsa_bits: Option<u32>,
@@ -262,7 +262,7 @@ fn is_default_clock_skew(value: &u32) -> bool {
 /// A key type for [`Rule::KeyAlgorithm`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum KeyType {
+pub enum KeyFamily {
     /// ECDSA on P-256 (`ecdsaP256`).
     EcdsaP256,
     /// ECDSA on P-384 (`ecdsaP384`).
@@ -273,25 +273,25 @@ pub enum KeyType {
     Rsa,
 }
 
-impl KeyType {
+impl KeyFamily {
     /// The YAML name, e.g. `ecdsaP256`.
     pub fn as_str(self) -> &'static str {
         match self {
-            KeyType::EcdsaP256 => "ecdsaP256",
-            KeyType::EcdsaP384 => "ecdsaP384",
-            KeyType::Ed25519 => "ed25519",
-            KeyType::Rsa => "rsa",
+            KeyFamily::EcdsaP256 => "ecdsaP256",
+            KeyFamily::EcdsaP384 => "ecdsaP384",
+            KeyFamily::Ed25519 => "ed25519",
+            KeyFamily::Rsa => "rsa",
         }
     }
 
     /// The key type of a request's key, if it is one of these.
-    pub fn of(algorithm: &nodeauth_csr::KeyAlgorithm) -> Option<KeyType> {
+    pub fn of(algorithm: &nodeauth_csr::KeyAlgorithm) -> Option<KeyFamily> {
         use nodeauth_csr::{EcCurve, KeyAlgorithm};
         match algorithm {
-            KeyAlgorithm::Ec(EcCurve::P256) => Some(KeyType::EcdsaP256),
-            KeyAlgorithm::Ec(EcCurve::P384) => Some(KeyType::EcdsaP384),
-            KeyAlgorithm::Ed25519 => Some(KeyType::Ed25519),
-            KeyAlgorithm::Rsa => Some(KeyType::Rsa),
+            KeyAlgorithm::Ec(EcCurve::P256) => Some(KeyFamily::EcdsaP256),
+            KeyAlgorithm::Ec(EcCurve::P384) => Some(KeyFamily::EcdsaP384),
+            KeyAlgorithm::Ed25519 => Some(KeyFamily::Ed25519),
+            KeyAlgorithm::Rsa => Some(KeyFamily::Rsa),
             _ => None,
         }
     }
@@ -673,7 +673,7 @@ impl Rule {
             Rule::KeyAlgorithm {
                 allowed,
                 min_rsa_bits: Some(_),
-            } if !allowed.contains(&KeyType::Rsa) => {
+            } if !allowed.contains(&KeyFamily::Rsa) => {
                 field("minRsaBits", "is set but rsa is not allowed".to_owned())
             }
             _ => None,

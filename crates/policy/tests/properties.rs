@@ -11,7 +11,7 @@ mod common;
 use common::*;
 use nodeauth_csr::CsrSigningKey;
 use nodeauth_policy::{
-    AttestationSummary, KeyType, MachineFacts, MachineKind, OnFailure, Policy, Requesters, Rule,
+    AttestationSummary, KeyFamily, MachineFacts, MachineKind, OnFailure, Policy, Requesters, Rule,
     SarAnswers, SarKind, Verdict,
 };
 use proptest::prelude::*;
@@ -66,7 +66,7 @@ fn all_rules() -> Vec<Rule> {
         },
         Rule::SansMaxCount { max: 3 },
         Rule::KeyAlgorithm {
-            allowed: vec![KeyType::EcdsaP256, KeyType::Rsa],
+            allowed: vec![KeyFamily::EcdsaP256, KeyFamily::Rsa],
             min_rsa_bits: Some(3072),
         },
     ]

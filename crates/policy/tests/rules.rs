@@ -12,7 +12,7 @@ mod common;
 use common::*;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey, parse};
 use nodeauth_policy::{
-    Cidr, Context, CsrFacts, Decision, DnsPattern, KeyType, MAX_CONDITION_MESSAGE_BYTES,
+    Cidr, Context, CsrFacts, Decision, DnsPattern, KeyFamily, MAX_CONDITION_MESSAGE_BYTES,
     MachineFacts, MachineKind, OnFailure, Policy, PolicySet, Requesters, Rule, RuleResult, Verdict,
 };
 
@@ -199,7 +199,7 @@ fn fixture_facts(name: &str) -> CsrFacts {
 
 #[test]
 fn key_algorithm() {
-    let rule = |allowed: &[KeyType], min: Option<u32>| Rule::KeyAlgorithm {
+    let rule = |allowed: &[KeyFamily], min: Option<u32>| Rule::KeyAlgorithm {
         allowed: allowed.to_vec(),
         min_rsa_bits: min,
     };
@@ -207,9 +207,9 @@ fn key_algorithm() {
     let p384 = fixture_facts("go-p384-client.pem");
     let ed = fixture_facts("go-ed25519-client.pem");
     let rsa2048 = fixture_facts("go-rsa2048-client.pem");
-    assert!(result(rule(&[KeyType::EcdsaP256], None), &p256, &context()).passed);
+    assert!(result(rule(&[KeyFamily::EcdsaP256], None), &p256, &context()).passed);
     let r = result(
-        rule(&[KeyType::EcdsaP256, KeyType::Ed25519], None),
+        rule(&[KeyFamily::EcdsaP256, KeyFamily::Ed25519], None),
         &p384,
         &context(),
     );
@@ -219,14 +219,14 @@ fn key_algorithm() {
         "{}",
         r.message
     );
-    assert!(result(rule(&[KeyType::Ed25519], None), &ed, &context()).passed);
-    assert!(result(rule(&[KeyType::Rsa], Some(2048)), &rsa2048, &context()).passed);
-    let r = result(rule(&[KeyType::Rsa], Some(3072)), &rsa2048, &context());
+    assert!(result(rule(&[KeyFamily::Ed25519], None), &ed, &context()).passed);
+    assert!(result(rule(&[KeyFamily::Rsa], Some(2048)), &rsa2048, &context()).passed);
+    let r = result(rule(&[KeyFamily::Rsa], Some(3072)), &rsa2048, &context());
     assert!(!r.passed);
     assert!(r.message.contains("2048 bits"), "{}", r.message);
-    assert!(!result(rule(&[KeyType::EcdsaP256], None), &rsa2048, &context()).passed);
+    assert!(!result(rule(&[KeyFamily::EcdsaP256], None), &rsa2048, &context()).passed);
     assert_eq!(
-        result(rule(&[KeyType::Rsa], None), &p256, &context()).code,
+        result(rule(&[KeyFamily::Rsa], None), &p256, &context()).code,
         "key.algorithm"
     );
 }

@@ -6,7 +6,7 @@
     clippy::panic,
     clippy::indexing_slicing
 )] // test code: a broken expectation should stop loudly
-use nodeauth_policy::{KeyType, OnFailure, Policy, PolicyError, PolicySet, Rule, SarKind};
+use nodeauth_policy::{KeyFamily, OnFailure, Policy, PolicyError, PolicySet, Rule, SarKind};
 use proptest::prelude::*;
 
 const EVERY_RULE: &str = r#"
@@ -70,10 +70,10 @@ fn yaml_round_trip_every_rule() {
         policy.rules[21],
         Rule::KeyAlgorithm {
             allowed: vec![
-                KeyType::EcdsaP256,
-                KeyType::EcdsaP384,
-                KeyType::Ed25519,
-                KeyType::Rsa
+                KeyFamily::EcdsaP256,
+                KeyFamily::EcdsaP384,
+                KeyFamily::Ed25519,
+                KeyFamily::Rsa
             ],
             min_rsa_bits: Some(3072)
         }

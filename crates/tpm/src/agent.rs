@@ -45,7 +45,7 @@ const POLICY_C_SHA384: [u8; 48] = [
 
 /// An agent-side failure.
 #[derive(Debug, thiserror::Error)]
-pub enum AgentError {
+pub enum TpmDeviceError {
     /// A TPM or TSS call failed.
     #[error("{op}: {source}")]
     Tss {
@@ -59,8 +59,8 @@ pub enum AgentError {
     Other(String),
 }
 
-fn tss(op: &'static str) -> impl FnOnce(tss_esapi::Error) -> AgentError {
-    move |source| AgentError::Tss { op, source }
+fn tss(op: &'static str) -> impl FnOnce(tss_esapi::Error) -> TpmDeviceError {
+    move |source| TpmDeviceError::Tss { op, source }
 }
 
 /// Which endorsement key to use.
@@ -126,14 +126,14 @@ pub struct TpmAgent {
 
 impl TpmAgent {
     /// Connects with a TCTI string, e.g. `swtpm:host=127.0.0.1,port=2321` or `device:/dev/tpmrm0`.
-    pub fn connect(tcti: &str) -> Result<Self, AgentError> {
+    pub fn connect(tcti: &str) -> Result<Self, TpmDeviceError> {
         let conf = TctiNameConf::from_str(tcti).map_err(tss("parsing the TCTI"))?;
         let ctx = Context::new(conf).map_err(tss("opening the TPM"))?;
         Ok(Self { ctx })
     }
 
     /// Reads the EK certificate (DER) from its NV index.
-    pub fn ek_certificate(&mut self, kind: EkKind) -> Result<Vec<u8>, AgentError> {
+    pub fn ek_certificate(&mut self, kind: EkKind) -> Result<Vec<u8>, TpmDeviceError> {
         let der = tss_esapi::abstraction::ek::retrieve_ek_pubcert(&mut self.ctx, kind.selection())
             .map_err(tss("reading the EK certificate from NV"))?;
         // NV indices are often padded beyond the DER certificate: keep the SEQUENCE only.
@@ -141,7 +141,7 @@ impl TpmAgent {
     }
 
     /// Uses the EK persisted by the manufacturer (or `swtpm_setup`).
-    pub fn persisted_ek(&mut self, kind: EkKind) -> Result<Ek, AgentError> {
+    pub fn persisted_ek(&mut self, kind: EkKind) -> Result<Ek, TpmDeviceError> {
         let handle =
             PersistentTpmHandle::new(kind.persistent_handle()).map_err(tss("EK handle"))?;
         let obj = self
@@ -157,7 +157,7 @@ impl TpmAgent {
             .marshall()
             .map_err(tss("marshalling the EK public area"))?;
         let parsed = Public::parse(&public)
-            .map_err(|e| AgentError::Other(format!("EK public area: {e}")))?;
+            .map_err(|e| TpmDeviceError::Other(format!("EK public area: {e}")))?;
         Ok(Ek {
             handle,
             public,
@@ -166,7 +166,7 @@ impl TpmAgent {
     }
 
     /// Creates and loads a restricted signing AK under the EK.
-    pub fn create_ak(&mut self, ek: &Ek, kind: AkKind) -> Result<Ak, AgentError> {
+    pub fn create_ak(&mut self, ek: &Ek, kind: AkKind) -> Result<Ak, TpmDeviceError> {
         let (alg, scheme) = match kind {
             AkKind::Rsa2048 => (
                 AsymmetricAlgorithmSelection::Rsa(RsaKeyBits::Rsa2048),
@@ -231,7 +231,7 @@ impl TpmAgent {
         ek: &Ek,
         ak: &Ak,
         challenge: &Challenge,
-    ) -> Result<Vec<u8>, AgentError> {
+    ) -> Result<Vec<u8>, TpmDeviceError> {
         let id_object =
             IdObject::try_from(challenge.blob.id_object.clone()).map_err(tss("credential blob"))?;
         let secret = EncryptedSecret::try_from(challenge.blob.encrypted_secret.clone())
@@ -253,7 +253,7 @@ impl TpmAgent {
                 ek_hash,
             )
             .map_err(tss("starting the EK policy session"))?
-            .ok_or_else(|| AgentError::Other("no policy session returned".into()))?;
+            .ok_or_else(|| TpmDeviceError::Other("no policy session returned".into()))?;
         self.ctx
             .tr_sess_set_attributes(policy, attrs, mask)
             .map_err(tss("policy session attributes"))?;
@@ -311,9 +311,9 @@ impl TpmAgent {
         ticket: &[u8],
         csr_spki_der: &[u8],
         pcrs: &[u8],
-    ) -> Result<TpmEvidence, AgentError> {
+    ) -> Result<TpmEvidence, TpmDeviceError> {
         let nonce = crate::ticket::nonce_unverified(ticket)
-            .map_err(|e| AgentError::Other(format!("ticket: {e}")))?;
+            .map_err(|e| TpmDeviceError::Other(format!("ticket: {e}")))?;
         let slots = pcrs
             .iter()
             .map(|i| PcrSlot::try_from(1u32 << (i % 24)).map_err(tss("PCR index")))
@@ -341,7 +341,7 @@ impl TpmAgent {
             let v = digests
                 .value()
                 .first()
-                .ok_or_else(|| AgentError::Other(format!("PCR {i} not returned")))?;
+                .ok_or_else(|| TpmDeviceError::Other(format!("PCR {i} not returned")))?;
             values.push(PcrValue {
                 bank: crate::alg::id::SHA256,
                 index: i,
@@ -379,7 +379,7 @@ impl TpmAgent {
         ak: &Ak,
         ticket: &[u8],
         csr_key: &p256::SecretKey,
-    ) -> Result<TpmEvidence, AgentError> {
+    ) -> Result<TpmEvidence, TpmDeviceError> {
         use crate::alg::id;
         use crate::public::{ObjectAttributes, PublicKey, Scheme};
         use tss_esapi::interface_types::resource_handles::Hierarchy;
@@ -387,13 +387,13 @@ impl TpmAgent {
         use tss_esapi::traits::UnMarshall;
 
         let nonce = crate::ticket::nonce_unverified(ticket)
-            .map_err(|e| AgentError::Other(format!("ticket: {e}")))?;
+            .map_err(|e| TpmDeviceError::Other(format!("ticket: {e}")))?;
         let csr_spki_der = spki::EncodePublicKey::to_public_key_der(&csr_key.public_key())
-            .map_err(|e| AgentError::Other(format!("CSR key: {e}")))?;
+            .map_err(|e| TpmDeviceError::Other(format!("CSR key: {e}")))?;
         let point =
             p256::elliptic_curve::sec1::ToSec1Point::to_sec1_point(&csr_key.public_key(), false);
         let (Some(x), Some(y)) = (point.x(), point.y()) else {
-            return Err(AgentError::Other("CSR key: not an affine point".into()));
+            return Err(TpmDeviceError::Other("CSR key: not an affine point".into()));
         };
         let public = Public::new(
             id::SHA256,
@@ -462,7 +462,7 @@ impl TpmAgent {
     }
 
     /// Unloads an AK now (dropping the agent does it too).
-    pub fn flush_ak(&mut self, ak: Ak) -> Result<(), AgentError> {
+    pub fn flush_ak(&mut self, ak: Ak) -> Result<(), TpmDeviceError> {
         self.ctx
             .flush_context(ObjectHandle::from(ak.handle))
             .map_err(tss("flushing the AK"))
@@ -470,7 +470,7 @@ impl TpmAgent {
 
     /// How many transient objects the TPM has loaded (TPM2_GetCapability of the transient
     /// handle range): all of them, not only this agent's.
-    pub fn loaded_transient_objects(&mut self) -> Result<usize, AgentError> {
+    pub fn loaded_transient_objects(&mut self) -> Result<usize, TpmDeviceError> {
         use tss_esapi::constants::CapabilityType;
         use tss_esapi::structures::CapabilityData;
         const TRANSIENT_FIRST: u32 = 0x8000_0000;

@@ -4,7 +4,7 @@
 use nodeauth_csr::{SignatureCheck, SignerRegistry};
 
 use super::RuleResult;
-use crate::{CsrFacts, KeyType};
+use crate::{CsrFacts, KeyFamily};
 
 pub(super) fn csr_profile(
     verify_signature: bool,
@@ -77,7 +77,7 @@ pub(super) fn max_duration(max: u32, facts: &CsrFacts) -> RuleResult {
 }
 
 pub(super) fn key_algorithm(
-    allowed: &[KeyType],
+    allowed: &[KeyFamily],
     min_rsa_bits: Option<u32>,
     facts: &CsrFacts,
 ) -> RuleResult {
@@ -90,9 +90,9 @@ pub(super) fn key_algorithm(
             .collect::<Vec<_>>()
             .join(", ")
     };
-    match KeyType::of(&key.algorithm) {
+    match KeyFamily::of(&key.algorithm) {
         Some(kind) if allowed.contains(&kind) => match (kind, min_rsa_bits) {
-            (KeyType::Rsa, Some(min)) if key.bits.is_none_or(|bits| bits < min) => {
+            (KeyFamily::Rsa, Some(min)) if key.bits.is_none_or(|bits| bits < min) => {
                 RuleResult::fail(
                     CODE,
                     format!(
