@@ -27,9 +27,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use nodeauth_k8s::error::is_conflict;
 use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, PerObjectBackoff, ReconcileMetrics,
-    init_logging, run_controller,
+    init_logging, requeue_at, run_controller,
 };
-use nodeauth_token::k8s::secret_from_k8s;
+use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s};
+use nodeauth_token::secret::SECRET_NAMESPACE;
 use nodeauth_token::signer::{
     self, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, SIGNATURE_KEY_PREFIX,
 };
@@ -47,10 +48,6 @@ struct Cli {
     #[command(flatten)]
     runtime: ControllerArgs,
 }
-
-/// Bootstrap tokens live in kube-system: the apiserver's authenticator and the token rules
-/// (`nodeauth_token::secret`) accept no other namespace, so this is not configurable.
-const TOKEN_NAMESPACE: &str = "kube-system";
 
 const CONTROLLER: &str = "bootstrap-signer";
 
@@ -97,9 +94,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     rt.run(move |stop: CancellationToken| async move {
-        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), TOKEN_NAMESPACE);
+        // Bootstrap tokens live in kube-system only (the apiserver's authenticator accepts no
+        // other namespace), so this is not configurable.
+        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), SECRET_NAMESPACE);
         let (store, writer) = reflector::store();
-        let token_secrets = watcher::Config::default().fields("type=bootstrap.kubernetes.io/token");
+        let token_secrets = watcher::Config::default().fields(SECRET_FIELD_SELECTOR);
         // The token reflector is driven on its own, not as the controller's trigger stream: the
         // controller only starts once the token cache has synced (an empty cache would strip
         // every signature), and waiting for that inside a reconcile would wait on itself.
@@ -204,7 +203,7 @@ async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     timer.success();
     Ok(match plan.next_wake {
         // Wake just after the earliest expiry, when that token's signature must go.
-        Some(at) => Action::requeue(until(now, at) + Duration::from_millis(10)),
+        Some(at) => requeue_at(now, at, Duration::from_millis(10)),
         None => Action::await_change(),
     })
 }
@@ -213,8 +212,4 @@ fn error_policy(_cm: Arc<ConfigMap>, err: &Error, ctx: Arc<Ctx>) -> Action {
     let delay = ctx.failures.failed(CLUSTER_INFO_NAME);
     tracing::warn!(error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
-}
-
-fn until(now: jiff::Timestamp, at: jiff::Timestamp) -> Duration {
-    Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
 }

@@ -182,31 +182,23 @@ mod tests {
             &nodeauth_token::BootstrapToken::parse(token).unwrap(),
         );
         let f = file.to_str().unwrap();
-        let cli = Cli::try_parse_from([
-            "x",
-            "verify",
-            "--token",
-            token,
-            "--kubeconfig",
-            f,
-            "--signature",
-            sig.as_str(),
-        ])
-        .unwrap();
-        assert_eq!(run(cli.cmd), ExitCode::SUCCESS);
+        let verify = |signature: &str| {
+            let cli = Cli::try_parse_from([
+                "x",
+                "verify",
+                "--token",
+                token,
+                "--kubeconfig",
+                f,
+                "--signature",
+                signature,
+            ])
+            .unwrap();
+            run(cli.cmd)
+        };
+        assert_eq!(verify(sig.as_str()), ExitCode::SUCCESS);
         let bad = format!("{}A", sig.as_str());
-        let cli = Cli::try_parse_from([
-            "x",
-            "verify",
-            "--token",
-            token,
-            "--kubeconfig",
-            f,
-            "--signature",
-            &bad,
-        ])
-        .unwrap();
-        assert_eq!(run(cli.cmd), ExitCode::from(1));
+        assert_eq!(verify(&bad), ExitCode::from(1));
         let cli = Cli::try_parse_from(["x", "sign", "--token", "abcdef.short", "--kubeconfig", f])
             .unwrap();
         assert_eq!(run(cli.cmd), ExitCode::from(2));

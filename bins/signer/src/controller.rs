@@ -17,7 +17,7 @@ use nodeauth_k8s::csr::{
     ConditionType, CsrState, append_condition, certificate, condition, csr_state, write_certificate,
 };
 use nodeauth_k8s::{Written, bundle, delete_unchanged};
-use nodeauth_runtime::{CancellationToken, EventPublisher, ReconcileMetrics};
+use nodeauth_runtime::{CancellationToken, EventPublisher, ReconcileMetrics, requeue_at};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -195,8 +195,7 @@ pub async fn reconcile(
         }
         GcDecision::KeepUntil(at) => {
             timer.success();
-            let wait = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
-            Ok(Action::requeue(wait + Duration::from_secs(1)))
+            Ok(requeue_at(now, at, Duration::from_secs(1)))
         }
         GcDecision::Keep => {
             timer.success();

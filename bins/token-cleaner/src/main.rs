@@ -20,9 +20,10 @@ use kube::runtime::watcher;
 use nodeauth_k8s::{Written, delete_unchanged};
 use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
-    run_controller,
+    requeue_at, run_controller,
 };
-use nodeauth_token::k8s::secret_from_k8s;
+use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s};
+use nodeauth_token::secret::{SECRET_NAME_PREFIX, SECRET_NAMESPACE};
 use nodeauth_token::signer::plan_cleanup;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -37,10 +38,6 @@ struct Cli {
     #[command(flatten)]
     runtime: ControllerArgs,
 }
-
-/// Bootstrap tokens live in kube-system: the apiserver's authenticator and the token rules
-/// (`nodeauth_token::secret`) accept no other namespace, so this is not configurable.
-const TOKEN_NAMESPACE: &str = "kube-system";
 
 const CONTROLLER: &str = "token-cleaner";
 
@@ -91,10 +88,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     rt.run(move |stop: CancellationToken| async move {
-        let secrets: Api<Secret> = Api::namespaced(client, TOKEN_NAMESPACE);
+        // Bootstrap tokens live in kube-system only (the apiserver's authenticator accepts no
+        // other namespace), so this is not configurable.
+        let secrets: Api<Secret> = Api::namespaced(client, SECRET_NAMESPACE);
         let controller = Controller::new(
             secrets.clone(),
-            watcher::Config::default().fields("type=bootstrap.kubernetes.io/token"),
+            watcher::Config::default().fields(SECRET_FIELD_SELECTOR),
         )
         .with_config(controller_config);
         let store = controller.store();
@@ -121,7 +120,7 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     for expired in &plan.expired {
         let token_id = expired
             .name
-            .strip_prefix("bootstrap-token-")
+            .strip_prefix(SECRET_NAME_PREFIX)
             .unwrap_or(&expired.name);
         // Only the Secret as read (UID and resourceVersion): a re-created Secret of the same
         // name, or one changed since (its expiration extended), is not deleted.
@@ -162,10 +161,7 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> 
     timer.success();
     Ok(match plan.next_wake {
         // Wake exactly at expiry (plus a hair, so "expired" holds when we look).
-        Some(at) => Action::requeue(
-            Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO)
-                + Duration::from_millis(5),
-        ),
+        Some(at) => requeue_at(now, at, Duration::from_millis(5)),
         None => Action::await_change(),
     })
 }

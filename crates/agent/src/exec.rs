@@ -163,17 +163,7 @@ pub fn exec_credential(pair: &Pair, expires: SystemTime) -> zeroize::Zeroizing<S
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pair_valid_for(secs: u64) -> (Pair, SystemTime) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(vec!["n".to_string()]).unwrap();
-        params.not_before = rcgen::date_time_ymd(2030, 1, 1);
-        params.not_after = params.not_before + Duration::from_secs(secs);
-        let cert = params.self_signed(&key).unwrap();
-        let pair = Pair::from_pem(&cert.pem(), &key.serialize_pem()).unwrap();
-        let nb = pair.not_before();
-        (pair, nb)
-    }
+    use crate::rotation::tests::pair_valid_for;
 
     fn denied() -> AgentError {
         AgentError::Csr(crate::csr::CsrError::Denied {

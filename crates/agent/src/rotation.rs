@@ -117,11 +117,13 @@ impl Backoff {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pair_valid_for(secs: u64) -> (Pair, SystemTime) {
+    /// A self-signed pair valid for `secs` from 2030-01-01, and its notBefore (also used by the
+    /// exec-credential tests).
+    pub(crate) fn pair_valid_for(secs: u64) -> (Pair, SystemTime) {
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec!["n".to_string()]).unwrap();
         params.not_before = rcgen::date_time_ymd(2030, 1, 1);

@@ -99,10 +99,11 @@ pub fn is_conflict(err: &kube::Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn api(code: u16) -> kube::Error {
+    /// The API server answering `code` (also used by the write-outcome tests).
+    pub(crate) fn api(code: u16) -> kube::Error {
         kube::Error::Api(
             kube::core::Status::failure("x", "y")
                 .with_code(code)

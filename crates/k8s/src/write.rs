@@ -68,14 +68,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn api(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status::failure("x", "y")
-                .with_code(code)
-                .boxed(),
-        )
-    }
+    use crate::error::tests::api;
 
     #[test]
     fn outcomes() {

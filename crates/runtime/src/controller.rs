@@ -3,6 +3,7 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{StreamExt, TryFuture};
 use kube::Resource;
@@ -74,4 +75,28 @@ pub async fn run_controller<K, ReconcileFut, Ctx>(
             }
         });
     tokio::join!(synced, run);
+}
+
+/// Requeue the object `margin` after the instant `at` (an expiry, the end of a grace period):
+/// the time left from `now` (zero once `at` has passed) plus `margin`, so that whatever `at`
+/// marks holds when the reconcile looks again.
+///
+/// ```
+/// use std::time::Duration;
+/// use kube::runtime::controller::Action;
+/// use nodeauth_runtime::requeue_at;
+///
+/// let now = jiff::Timestamp::from_second(1_000).unwrap();
+/// let at = jiff::Timestamp::from_second(1_060).unwrap();
+/// let margin = Duration::from_millis(10);
+/// assert_eq!(
+///     requeue_at(now, at, margin),
+///     Action::requeue(Duration::from_secs(60) + margin)
+/// );
+/// // An instant already passed: right away (after the margin).
+/// assert_eq!(requeue_at(at, now, margin), Action::requeue(margin));
+/// ```
+pub fn requeue_at(now: jiff::Timestamp, at: jiff::Timestamp, margin: Duration) -> Action {
+    let left = Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO);
+    Action::requeue(left + margin)
 }

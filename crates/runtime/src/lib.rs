@@ -84,7 +84,7 @@ mod shutdown;
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
 pub use client::{kube_client, kube_config};
-pub use controller::run_controller;
+pub use controller::{requeue_at, run_controller};
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };

@@ -9,6 +9,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::secret::Secret;
 
+/// The field selector that keeps a list or watch to bootstrap token Secrets
+/// (`type=`[`SECRET_TYPE`](crate::secret::SECRET_TYPE)); they live in
+/// [`SECRET_NAMESPACE`](crate::secret::SECRET_NAMESPACE).
+pub const SECRET_FIELD_SELECTOR: &str = "type=bootstrap.kubernetes.io/token";
+
 /// The plain model of a k8s-openapi Secret (`data` decoded; `stringData` is write-only and
 /// never returned by the API server, so it is ignored).
 pub fn secret_from_k8s(s: &K8sSecret) -> Secret {
@@ -51,7 +56,12 @@ pub fn secret_to_k8s(s: &Secret) -> K8sSecret {
 mod tests {
     use super::*;
     use crate::BootstrapToken;
-    use crate::secret::{Expiration, TokenRecord, Usage};
+    use crate::secret::{Expiration, SECRET_TYPE, TokenRecord, Usage};
+
+    #[test]
+    fn field_selector_names_the_token_type() {
+        assert_eq!(SECRET_FIELD_SELECTOR, format!("type={SECRET_TYPE}"));
+    }
 
     #[test]
     fn round_trip() {
