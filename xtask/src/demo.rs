@@ -19,6 +19,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{Api, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use nodeauth_k8s::csr::{CsrState, csr_state, deciding_condition};
 use nodeauth_testenv::kubeconfig::{self, Credential};
 use nodeauth_testenv::process::{Lifetime, Process};
 use nodeauth_testenv::{Swtpm, client_from_kubeconfig, cluster, manifests};
@@ -454,8 +455,8 @@ async fn demo(state: &Path) -> Result<()> {
         if c.spec.signer_name == CLIENT_SIGNER {
             t.detail(format!(
                 "CSR {}: {}",
-                c.metadata.name.unwrap_or_default(),
-                decision(&c.status)
+                c.metadata.name.as_deref().unwrap_or_default(),
+                decision(&c)
             ));
         }
     }
@@ -559,8 +560,8 @@ async fn demo(state: &Path) -> Result<()> {
         if c.spec.signer_name == SERVING_SIGNER {
             t.detail(format!(
                 "serving CSR {} (DNS:{node}, IP:198.51.100.11) in {took:.1?}: {}",
-                c.metadata.name.unwrap_or_default(),
-                decision(&c.status)
+                c.metadata.name.as_deref().unwrap_or_default(),
+                decision(&c)
             ));
         }
     }
@@ -586,8 +587,8 @@ async fn demo(state: &Path) -> Result<()> {
         if c.spec.signer_name == CLIENT_SIGNER && c.spec.username.as_deref() == Some(&username) {
             t.detail(format!(
                 "rotated after {took:.1?}, renewing with its own certificate: CSR {}: {}",
-                c.metadata.name.unwrap_or_default(),
-                decision(&c.status)
+                c.metadata.name.as_deref().unwrap_or_default(),
+                decision(&c)
             ));
         }
     }
@@ -677,26 +678,17 @@ fn agent(bin: &Path, args: &[String], token: &str) -> Result<std::process::Outpu
         .context("running the agent")
 }
 
-/// The decision condition of a CSR, one line.
-fn decision(
-    status: &Option<k8s_openapi::api::certificates::v1::CertificateSigningRequestStatus>,
-) -> String {
-    let Some(status) = status else {
+/// The decision condition of a CSR, one line: the condition that decided it
+/// ([`deciding_condition`]) and whether the certificate is issued.
+fn decision(csr: &CertificateSigningRequest) -> String {
+    let Some(c) = deciding_condition(csr) else {
         return "pending".into();
     };
-    let issued = status.certificate.as_ref().is_some_and(|c| !c.0.is_empty());
-    status
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Approved" || c.type_ == "Denied")
-        .map(|c| {
-            format!(
-                "{} — {}{}",
-                c.type_,
-                c.message.clone().unwrap_or_default(),
-                if issued { " — issued" } else { "" }
-            )
-        })
-        .unwrap_or_else(|| "pending".into())
+    let issued = csr_state(csr) == CsrState::Issued;
+    format!(
+        "{} — {}{}",
+        c.type_,
+        c.message.clone().unwrap_or_default(),
+        if issued { " — issued" } else { "" }
+    )
 }

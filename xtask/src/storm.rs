@@ -450,20 +450,22 @@ async fn verify_decisions(
     let mut problems = vec![];
     for csr in &list.items {
         let name = csr.metadata.name.as_deref().unwrap_or("?");
-        let status = csr.status.as_ref();
-        let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
-        let approved = conditions.iter().find(|c| c.type_ == "Approved");
+        let conditions = csr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_deref())
+            .unwrap_or(&[]);
+        // Issued, after the one condition there is: Approved, by the expected approver.
         let ok = conditions.len() == 1
-            && approved.is_some_and(|c| {
-                c.status == "True"
-                    && c.reason.as_deref() == Some(reason)
+            && nodeauth_k8s::csr::csr_state(csr) == nodeauth_k8s::csr::CsrState::Issued
+            && nodeauth_k8s::csr::deciding_condition(csr).is_some_and(|c| {
+                c.reason.as_deref() == Some(reason)
                     && policy.is_none_or(|p| {
                         c.message
                             .as_deref()
                             .is_some_and(|m| m.starts_with(&format!("approved by policy {p}:")))
                     })
-            })
-            && status.is_some_and(|s| s.certificate.is_some());
+            });
         if !ok && problems.len() < 5 {
             let seen: Vec<String> = conditions
                 .iter()

@@ -155,18 +155,14 @@ async fn approve_as_admin(csrs: &Api<CertificateSigningRequest>, name: &str) {
     .unwrap_or_else(|e| panic!("approving {name} as admin: {e}"));
 }
 
+/// Whether the CSR carries a `True` condition of type `type_`.
 fn condition(csr: &CertificateSigningRequest, type_: &str) -> bool {
-    csr.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .any(|c| c.type_ == type_ && c.status == "True")
+    nodeauth_k8s::csr::condition(csr, type_).is_some()
 }
 
 fn issued(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .is_some_and(|c| String::from_utf8_lossy(&c.0).contains("BEGIN CERTIFICATE"))
+    nodeauth_k8s::csr::certificate(csr)
+        .is_some_and(|c| String::from_utf8_lossy(c).contains("BEGIN CERTIFICATE"))
 }
 
 /// Every series name a /metrics body can carry: the TYPE lines' families (with the suffixes

@@ -139,12 +139,8 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
         let (watcher::Event::Apply(mut csr) | watcher::Event::InitApply(mut csr)) = ev? else {
             continue;
         };
-        if csr
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| !c.is_empty())
-        {
+        // Approved, denied or failed already: nothing for the floor to do.
+        if nodeauth_k8s::csr::csr_state(&csr).is_decided() {
             continue;
         }
         let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());

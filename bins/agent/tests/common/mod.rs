@@ -330,30 +330,25 @@ pub async fn approver_saw_nodes() {
         await_condition(
             csrs.clone(),
             &csr,
-            |c: Option<&CertificateSigningRequest>| !decision_conditions(c).is_empty(),
+            |c: Option<&CertificateSigningRequest>| decision(c).is_some(),
         ),
     )
     .await
     .unwrap_or_else(|_| panic!("the approver did not decide the marker CSR {csr} in 60s"))
     .unwrap();
-    let decisions = decision_conditions(decided.as_ref());
+    let decided_by = decision(decided.as_ref());
     assert!(
-        decisions.iter().any(|(t, _)| t == "Approved"),
-        "the marker node's renewal CSR {csr} was not approved: {decisions:?}"
+        decided_by.as_ref().is_some_and(|(t, _)| t == "Approved"),
+        "the marker node's renewal CSR {csr} was not approved: {decided_by:?}"
     );
     csrs.delete(&csr, &Default::default()).await.unwrap();
     nodes.delete(&marker, &Default::default()).await.unwrap();
 }
 
-/// The Approved/Denied/Failed conditions of a CSR: (type, message).
-fn decision_conditions(c: Option<&CertificateSigningRequest>) -> Vec<(String, String)> {
-    c.and_then(|c| c.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|c| ["Approved", "Denied", "Failed"].contains(&c.type_.as_str()))
+/// The condition that decided a CSR (Approved, Denied or Failed), as (type, message).
+fn decision(c: Option<&CertificateSigningRequest>) -> Option<(String, String)> {
+    c.and_then(nodeauth_k8s::csr::deciding_condition)
         .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()))
-        .collect()
 }
 
 /// nodeauth whose approver serves the TPM attestation endpoint (trusting swtpm's local EK CA)

@@ -186,11 +186,7 @@ pub async fn wait_csr(
 }
 
 pub fn certificate(csr: &CertificateSigningRequest) -> Option<String> {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .filter(|c| !c.0.is_empty())
-        .map(|c| String::from_utf8(c.0.clone()).unwrap())
+    nodeauth_k8s::csr::certificate(csr).map(|c| String::from_utf8(c.to_vec()).unwrap())
 }
 
 /// Waits for the certificate.
