@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_k8s::csr::{CsrState, csr_state, deciding_condition};
 use nodeauth_testenv::pki::Ca;
 use nodeauth_testenv::{manifests, unique_name};
 
@@ -217,22 +218,12 @@ subjects:
     let masters = unique_name("masters");
     create_csr(&masters, &custom, &request("system:masters"), &usages, None).await;
     approve(&masters).await;
-    let failed = wait_csr(&masters, 60, |c| {
-        c.status
-            .iter()
-            .flat_map(|s| s.conditions.iter().flatten())
-            .any(|c| c.type_ == "Failed")
-    })
-    .await;
+    let failed = wait_csr(&masters, 60, |c| csr_state(c) == CsrState::Failed).await;
     assert!(
         certificate(&failed).is_none(),
         "a system:masters certificate was issued"
     );
-    let message = failed
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Failed")
+    let message = deciding_condition(&failed)
         .and_then(|c| c.message.clone())
         .unwrap_or_default();
     assert!(message.contains("subject.privileged_group"), "{message}");

@@ -17,6 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, PostParams};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_k8s::csr::{CsrState, csr_state, deciding_condition};
 use nodeauth_testenv::pki::{Ca, CertPair};
 use nodeauth_testenv::{Credential, unique_name};
 use tokio::sync::OnceCell;
@@ -244,16 +245,9 @@ async fn invalid_approved_csr_ends_failed_with_every_violation() {
     )
     .await;
     approve(&name).await;
-    let csr = wait_csr(&name, 60, |c| {
-        c.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed"))
-    })
-    .await;
+    let csr = wait_csr(&name, 60, |c| csr_state(c) == CsrState::Failed).await;
     assert!(certificate(&csr).is_none());
-    let failed = csr.status.unwrap().conditions.unwrap();
-    let failed = failed.iter().find(|c| c.type_ == "Failed").unwrap();
+    let failed = deciding_condition(&csr).unwrap();
     assert_eq!(failed.reason.as_deref(), Some("SignerValidationFailure"));
     let message = failed.message.clone().unwrap();
     assert!(message.contains("subject.organization"), "{message}");
