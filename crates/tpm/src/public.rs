@@ -280,36 +280,33 @@ impl Public {
 
     fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
+        let (type_, symmetric, scheme) = match &self.key {
+            PublicKey::Rsa {
+                symmetric, scheme, ..
+            } => (id::RSA, *symmetric, *scheme),
+            PublicKey::Ecc {
+                symmetric, scheme, ..
+            } => (id::ECC, *symmetric, *scheme),
+        };
+        // The header and what both parameter sets start with, then each type's own fields.
+        w.u16(type_)
+            .u16(self.name_alg)
+            .u32(self.attributes.0)
+            .tpm2b(&self.auth_policy);
+        write_sym(&mut w, symmetric);
+        write_scheme(&mut w, scheme);
         match &self.key {
             PublicKey::Rsa {
-                symmetric,
-                scheme,
                 key_bits,
                 exponent,
                 modulus,
+                ..
             } => {
-                w.u16(id::RSA)
-                    .u16(self.name_alg)
-                    .u32(self.attributes.0)
-                    .tpm2b(&self.auth_policy);
-                write_sym(&mut w, *symmetric);
-                write_scheme(&mut w, *scheme);
                 w.u16(*key_bits).u32(*exponent).tpm2b(modulus);
             }
             PublicKey::Ecc {
-                symmetric,
-                scheme,
-                curve,
-                kdf,
-                x,
-                y,
+                curve, kdf, x, y, ..
             } => {
-                w.u16(id::ECC)
-                    .u16(self.name_alg)
-                    .u32(self.attributes.0)
-                    .tpm2b(&self.auth_policy);
-                write_sym(&mut w, *symmetric);
-                write_scheme(&mut w, *scheme);
                 w.u16(*curve);
                 write_scheme(&mut w, *kdf);
                 w.tpm2b(x).tpm2b(y);
