@@ -98,18 +98,14 @@ async fn start(name: &'static str, extra: &[String]) -> Running {
     let process = cp()
         .start_program(&unique_name(name), &common::program(name), &args)
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok((200, _)) = manifests::http_get(health_port, "/readyz") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{name} (as {sa}) not ready in 60s:\n{}",
-            process.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    manifests::wait_ready(
+        &format!("{name} (as {sa})"),
+        &process,
+        health_port,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap();
     Running {
         name,
         process,

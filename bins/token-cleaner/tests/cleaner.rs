@@ -48,15 +48,9 @@ async fn cleaner() -> &'static Process {
                     ],
                 )
                 .expect("token-cleaner");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !matches!(manifests::http_get(health, "/readyz"), Ok((200, _))) {
-                assert!(
-                    Instant::now() < deadline,
-                    "token-cleaner not ready:\n{}",
-                    p.log_tail(30)
-                );
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            manifests::wait_ready("token-cleaner", &p, health, Duration::from_secs(30))
+                .await
+                .unwrap();
             p
         })
         .await

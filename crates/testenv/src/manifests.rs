@@ -193,6 +193,32 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String), Error> {
     Ok((code, body))
 }
 
+/// Waits until the controller `process` (named `name` in the error) answers `GET /readyz` on
+/// its health port `port` with 200, polling every 100 ms for at most `timeout`.
+///
+/// # Errors
+/// [`Error::Other`] with the last lines of its log when it is not ready in time.
+pub async fn wait_ready(
+    name: &str,
+    process: &Process,
+    port: u16,
+    timeout: std::time::Duration,
+) -> Result<(), Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok((200, _)) = http_get(port, "/readyz") {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(Error::Other(format!(
+                "{name} not ready in {timeout:?}:\n{}",
+                process.log_tail(30)
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
 /// A free port (re-exported for tests that start servers).
 pub fn free_port() -> Result<u16, Error> {
     process::free_port()

@@ -8,7 +8,7 @@
 //! `cargo build -p approver -p signer -p bootstrap-signer` first — the error says so.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::pki::{Ca, CertPair};
 use crate::process::Process;
@@ -192,18 +192,7 @@ impl ControlPlane {
         ];
         all.extend(args.iter().cloned());
         let process = self.start_program(&unique_name(component), &program, &all)?;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok((200, _)) = manifests::http_get(health, "/readyz") {
-                return Ok((process, metrics));
-            }
-            if Instant::now() > deadline {
-                return Err(Error::Other(format!(
-                    "{component} not ready in 60s:\n{}",
-                    process.log_tail(30)
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        manifests::wait_ready(component, &process, health, Duration::from_secs(60)).await?;
+        Ok((process, metrics))
     }
 }

@@ -61,18 +61,14 @@ pub async fn start_signer() -> Signer {
         )
         .expect("bootstrap-signer");
     // Ready once it leads and its token cache has synced.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok((200, _)) = manifests::http_get(health_port, "/readyz") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "bootstrap-signer not ready:\n{}",
-            process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    manifests::wait_ready(
+        "bootstrap-signer",
+        &process,
+        health_port,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap();
     Signer {
         process,
         metrics_port,

@@ -96,18 +96,9 @@ pub async fn start_signer(args: &[String]) -> Signer {
             &all,
         )
         .expect("signer");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok((200, _)) = manifests::http_get(health_port, "/readyz") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "signer not ready:\n{}",
-            process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    manifests::wait_ready("signer", &process, health_port, Duration::from_secs(60))
+        .await
+        .unwrap();
     Signer {
         process,
         metrics_port,
