@@ -57,7 +57,7 @@ pub use rbac::{bind_cluster_role_to_group, bind_kubeadm_node_bootstrap};
 pub use swtpm::Swtpm;
 
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 
 /// What went wrong in the harness. Messages name the process, the file or the command to run.
@@ -252,6 +252,66 @@ pub async fn create_bootstrap_token(
         .await
         .map_err(Error::kube("creating a bootstrap token Secret"))?;
     Ok(format!("{id}.{secret}"))
+}
+
+/// Makes sure `kube-public/cluster-info` exists: creates it with `kubeconfig` under its
+/// `kubeconfig` key unless there is one already (left as it is, whoever made it), and returns
+/// the `kubeconfig` it holds.
+pub async fn ensure_cluster_info(
+    client: &kube::Client,
+    kubeconfig: String,
+) -> Result<String, Error> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("cluster-info".into()),
+            ..Default::default()
+        },
+        data: Some(std::collections::BTreeMap::from([(
+            "kubeconfig".to_string(),
+            kubeconfig,
+        )])),
+        ..Default::default()
+    };
+    match cms.create(&PostParams::default(), &cm).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(Error::kube("creating kube-public/cluster-info")(e)),
+    }
+    cms.get("cluster-info")
+        .await
+        .map_err(Error::kube("reading kube-public/cluster-info"))?
+        .data
+        .and_then(|mut d| d.remove("kubeconfig"))
+        .ok_or_else(|| Error::Other("kube-public/cluster-info has no kubeconfig".into()))
+}
+
+/// Waits, at most `timeout`, until `kube-public/cluster-info`'s signature for the token id `id`
+/// (its `jws-kubeconfig-<id>` key) satisfies `pred` (given the signature, or `None` while there
+/// is none: present or gone), and returns that signature.
+pub async fn wait_cluster_info_signature(
+    client: &kube::Client,
+    id: &str,
+    timeout: Duration,
+    pred: impl Fn(Option<&String>) -> bool + Send + 'static,
+) -> Result<Option<String>, Error> {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "kube-public");
+    let key = format!("jws-kubeconfig-{id}");
+    let k = key.clone();
+    let cm = tokio::time::timeout(
+        timeout,
+        kube::runtime::wait::await_condition(cms, "cluster-info", move |cm: Option<&ConfigMap>| {
+            pred(cm.and_then(|c| c.data.as_ref()).and_then(|d| d.get(&k)))
+        }),
+    )
+    .await
+    .map_err(|_| Error::Timeout {
+        what: format!("cluster-info's {key}"),
+        after: timeout,
+        last: String::new(),
+    })?
+    .map_err(|e| Error::Other(format!("watching cluster-info for {key}: {e}")))?;
+    Ok(cm.and_then(|c| c.data).and_then(|mut d| d.remove(&key)))
 }
 
 #[cfg(test)]

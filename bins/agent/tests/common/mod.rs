@@ -8,15 +8,13 @@
     clippy::panic,
     clippy::indexing_slicing
 )] // test code: a broken expectation should stop loudly
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{
     ControlPlane, Credential, bind_cluster_role_to_group, bind_kubeadm_node_bootstrap, manifests,
@@ -55,26 +53,14 @@ pub async fn ensure_cluster_info() -> String {
     )
     .await
     .unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
     let kubeconfig = cp().kubeconfig("unused", &Credential::None);
     let info =
         nodeauth_token::kubeconfig::ClusterInfo::from_admin_kubeconfig(kubeconfig.as_bytes())
             .unwrap()
             .to_yaml();
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("cluster-info".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("kubeconfig".to_string(), info)])),
-        ..Default::default()
-    };
-    match cms.create(&PostParams::default(), &cm).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
-    }
-    cms.get("cluster-info").await.unwrap().data.unwrap()["kubeconfig"].clone()
+    nodeauth_testenv::ensure_cluster_info(&admin, info)
+        .await
+        .unwrap()
 }
 
 /// A fresh bootstrap token in its own group. With `auto_approve`, the group gets kubeadm's
@@ -105,18 +91,11 @@ pub async fn node_token(auto_approve: bool) -> String {
 pub async fn wait_signature(token: &str) {
     let id = token.split('.').next().unwrap().to_string();
     let admin = cp().admin_client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
-    let key = format!("jws-kubeconfig-{id}");
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(cms, "cluster-info", move |cm: Option<&ConfigMap>| {
-            cm.and_then(|c| c.data.as_ref())
-                .is_some_and(|d| d.contains_key(&key))
-        }),
-    )
+    nodeauth_testenv::wait_cluster_info_signature(&admin, &id, Duration::from_secs(60), |sig| {
+        sig.is_some()
+    })
     .await
-    .expect("cluster-info signed for the token")
-    .unwrap();
+    .expect("cluster-info signed for the token");
 }
 
 /// `host:port` of the API server.

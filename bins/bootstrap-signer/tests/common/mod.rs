@@ -7,12 +7,8 @@
     clippy::panic,
     clippy::indexing_slicing
 )] // test code: a broken expectation should stop loudly
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::wait::await_condition;
 use nodeauth_testenv::process::Process;
 use nodeauth_testenv::{ControlPlane, Credential, manifests};
 
@@ -78,22 +74,10 @@ pub async fn start_signer() -> Signer {
 /// Makes sure kube-public/cluster-info exists with a kubeconfig, and returns that kubeconfig.
 pub async fn ensure_cluster_info() -> String {
     let admin = cp().admin_client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
     let kubeconfig = cp().kubeconfig("unused", &Credential::None);
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("cluster-info".into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([("kubeconfig".to_string(), kubeconfig)])),
-        ..Default::default()
-    };
-    match cms.create(&PostParams::default(), &cm).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("{e}"),
-    }
-    cms.get("cluster-info").await.unwrap().data.unwrap()["kubeconfig"].clone()
+    nodeauth_testenv::ensure_cluster_info(&admin, kubeconfig)
+        .await
+        .unwrap()
 }
 
 /// Waits until cluster-info's `jws-kubeconfig-<id>` satisfies `pred` (present or gone).
@@ -103,17 +87,7 @@ pub async fn wait_signature(
     pred: impl Fn(Option<&String>) -> bool + Send + 'static,
 ) -> Option<String> {
     let admin = cp().admin_client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(admin, "kube-public");
-    let key = format!("jws-kubeconfig-{id}");
-    let k = key.clone();
-    let cm = tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(cms, "cluster-info", move |cm: Option<&ConfigMap>| {
-            pred(cm.and_then(|c| c.data.as_ref()).and_then(|d| d.get(&k)))
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("timed out after {secs}s waiting on {key}"))
-    .unwrap();
-    cm.and_then(|c| c.data).and_then(|mut d| d.remove(&key))
+    nodeauth_testenv::wait_cluster_info_signature(&admin, id, Duration::from_secs(secs), pred)
+        .await
+        .unwrap()
 }
