@@ -70,15 +70,7 @@ async fn kill_mid_batch_and_restart_issues_each_csr_exactly_once() {
             .build(&key)
             .unwrap();
         let name = format!("{prefix}-{i}");
-        create_csr(
-            &name,
-            CLIENT,
-            &pem,
-            &["digital signature", "client auth"],
-            None,
-        )
-        .await;
-        approve(&name).await;
+        create_approved_client_csr(&name, &pem).await;
         names.push(name);
     }
 

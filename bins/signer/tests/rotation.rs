@@ -20,15 +20,7 @@ async fn issue_one() -> x509_cert::Certificate {
         .build(&key)
         .unwrap();
     let name = unique_name("csr");
-    create_csr(
-        &name,
-        CLIENT,
-        &pem,
-        &["digital signature", "client auth"],
-        None,
-    )
-    .await;
-    approve(&name).await;
+    create_approved_client_csr(&name, &pem).await;
     parse_cert(&wait_issued(&name).await)
 }
 

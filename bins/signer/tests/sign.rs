@@ -64,15 +64,7 @@ async fn kubelet_client_cert_is_the_node_and_the_node_authorizer_confines_it() {
     let node = unique_name("node");
     let (key, pem) = kubelet_client_csr(&node);
     let name = unique_name("csr");
-    create_csr(
-        &name,
-        CLIENT,
-        &pem,
-        &["digital signature", "client auth"],
-        None,
-    )
-    .await;
-    approve(&name).await;
+    create_approved_client_csr(&name, &pem).await;
     let cert = wait_issued(&name).await;
     assert_eq!(cert.matches("BEGIN CERTIFICATE").count(), 1, "leaf only");
 
@@ -236,15 +228,7 @@ async fn invalid_approved_csr_ends_failed_with_every_violation() {
         .build(&key)
         .unwrap();
     let name = unique_name("csr");
-    create_csr(
-        &name,
-        CLIENT,
-        &pem,
-        &["digital signature", "client auth"],
-        None,
-    )
-    .await;
-    approve(&name).await;
+    create_approved_client_csr(&name, &pem).await;
     let csr = wait_csr(&name, 60, |c| csr_state(c) == CsrState::Failed).await;
     assert!(certificate(&csr).is_none());
     let failed = deciding_condition(&csr).unwrap();

@@ -155,6 +155,20 @@ pub async fn approve(name: &str) {
     decide(name, "Approved").await;
 }
 
+/// Creates a kubelet client CSR `name` for `request_pem` (usages digital signature and client
+/// auth, no expiration asked) and approves it.
+pub async fn create_approved_client_csr(name: &str, request_pem: &str) {
+    create_csr(
+        name,
+        CLIENT,
+        request_pem,
+        &["digital signature", "client auth"],
+        None,
+    )
+    .await;
+    approve(name).await;
+}
+
 /// Waits until the CSR satisfies `pred`.
 pub async fn wait_csr(
     name: &str,
