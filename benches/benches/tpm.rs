@@ -139,18 +139,7 @@ fn fixture(now: SystemTime) -> (TpmVerifier, Public, Vec<u8>, TpmEvidence, Vec<u
         id::SHA256,
         ObjectAttributes(attrs),
         Vec::new(),
-        PublicKey::Ecc {
-            symmetric: None,
-            scheme: Scheme {
-                scheme: id::ECDSA,
-                hash: Some(id::SHA256),
-                count: None,
-            },
-            curve: id::ECC_NIST_P256,
-            kdf: Scheme::NULL,
-            x: point.x().unwrap().to_vec(),
-            y: point.y().unwrap().to_vec(),
-        },
+        PublicKey::ecdsa_p256(point.x().unwrap().to_vec(), point.y().unwrap().to_vec()),
     );
     let nonce = [9; 32];
     // Issued at `now`; the benchmark checks against that same `now`, so it never expires.

@@ -381,7 +381,7 @@ impl TpmAgent {
         csr_key: &p256::SecretKey,
     ) -> Result<TpmEvidence, TpmDeviceError> {
         use crate::alg::id;
-        use crate::public::{ObjectAttributes, PublicKey, Scheme};
+        use crate::public::{ObjectAttributes, PublicKey};
         use tss_esapi::interface_types::resource_handles::Hierarchy;
         use tss_esapi::structures::{EccParameter, Sensitive};
         use tss_esapi::traits::UnMarshall;
@@ -399,18 +399,7 @@ impl TpmAgent {
             id::SHA256,
             ObjectAttributes(ObjectAttributes::SIGN | ObjectAttributes::USER_WITH_AUTH),
             Vec::new(),
-            PublicKey::Ecc {
-                symmetric: None,
-                scheme: Scheme {
-                    scheme: id::ECDSA,
-                    hash: Some(id::SHA256),
-                    count: None,
-                },
-                curve: id::ECC_NIST_P256,
-                kdf: Scheme::NULL,
-                x: x.to_vec(),
-                y: y.to_vec(),
-            },
+            PublicKey::ecdsa_p256(x.to_vec(), y.to_vec()),
         );
         let tss_public = tss_esapi::structures::Public::unmarshall(public.as_bytes())
             .map_err(tss("unmarshalling the CSR key's public area"))?;

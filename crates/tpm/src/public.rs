@@ -114,6 +114,35 @@ pub enum PublicKey {
     },
 }
 
+impl PublicKey {
+    /// An ECDSA-with-SHA-256 signing key on NIST P-256 (no symmetric algorithm, no KDF) at the
+    /// affine point (`x`, `y`), big-endian: an AK's or a TPM-held CSR key's parameters.
+    ///
+    /// ```
+    /// use nodeauth_tpm::PublicKey;
+    /// use nodeauth_tpm::alg::id;
+    /// let PublicKey::Ecc { curve, scheme, .. } = PublicKey::ecdsa_p256(vec![1; 32], vec![2; 32])
+    /// else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!((curve, scheme.scheme, scheme.hash), (id::ECC_NIST_P256, id::ECDSA, Some(id::SHA256)));
+    /// ```
+    pub fn ecdsa_p256(x: Vec<u8>, y: Vec<u8>) -> Self {
+        PublicKey::Ecc {
+            symmetric: None,
+            scheme: Scheme {
+                scheme: id::ECDSA,
+                hash: Some(id::SHA256),
+                count: None,
+            },
+            curve: id::ECC_NIST_P256,
+            kdf: Scheme::NULL,
+            x,
+            y,
+        }
+    }
+}
+
 /// A parsed `TPMT_PUBLIC`. Keeps the exact bytes it was parsed from: the Name is a hash of them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Public {
