@@ -17,6 +17,17 @@ fn ts(s: i64) -> jiff::Timestamp {
 const NOW: i64 = 1_800_000_000;
 const YEAR: i64 = 365 * 86400;
 
+/// A parsed kubelet client CSR for node `n`, signed with `key`.
+fn kubelet_client_csr(key: &CsrSigningKey) -> nodeauth_csr::Csr {
+    nodeauth_csr::parse(
+        CsrBuilder::kubelet_client("n")
+            .build(key)
+            .unwrap()
+            .as_bytes(),
+    )
+    .unwrap()
+}
+
 fn ca(kt: KeyType) -> (CertificateAuthority, GeneratedCa) {
     CertificateAuthority::generate_self_signed(kt, "test CA", ts(NOW - YEAR), ts(NOW + YEAR))
         .unwrap()
@@ -140,13 +151,7 @@ fn issues_a_serving_certificate_with_every_key_type() {
 fn serials_differ_and_chain_is_appended_on_request() {
     let (ca, generated) = ca(KeyType::P256);
     let key = CsrSigningKey::generate_p256().unwrap();
-    let csr = nodeauth_csr::parse(
-        CsrBuilder::kubelet_client("n")
-            .build(&key)
-            .unwrap()
-            .as_bytes(),
-    )
-    .unwrap();
+    let csr = kubelet_client_csr(&key);
     let policy = IssuePolicy {
         append_chain: true,
         ..IssuePolicy::default()
@@ -188,13 +193,7 @@ impl SerialSource for Fixed {
 fn serial_is_positive_even_with_the_high_bit_set_and_never_zero() {
     let (ca, _) = ca(KeyType::P256);
     let key = CsrSigningKey::generate_p256().unwrap();
-    let csr = nodeauth_csr::parse(
-        CsrBuilder::kubelet_client("n")
-            .build(&key)
-            .unwrap()
-            .as_bytes(),
-    )
-    .unwrap();
+    let csr = kubelet_client_csr(&key);
     let p = IssuePolicy::default();
     let hi = issue(
         &ca,
@@ -224,13 +223,7 @@ fn serial_is_positive_even_with_the_high_bit_set_and_never_zero() {
 fn refuses_ca_usages_and_expired_or_future_cas() {
     let (ca, _) = ca(KeyType::P256);
     let key = CsrSigningKey::generate_p256().unwrap();
-    let csr = nodeauth_csr::parse(
-        CsrBuilder::kubelet_client("n")
-            .build(&key)
-            .unwrap()
-            .as_bytes(),
-    )
-    .unwrap();
+    let csr = kubelet_client_csr(&key);
     let p = IssuePolicy::default();
     let err = issue(
         &ca,
@@ -346,13 +339,7 @@ fn ca_loading_checks_key_match_ca_bit_and_formats() {
     // A leaf is not a CA.
     let (authority, _) = ca(KeyType::P256);
     let leaf_key = CsrSigningKey::generate_p256().unwrap();
-    let csr = nodeauth_csr::parse(
-        CsrBuilder::kubelet_client("n")
-            .build(&leaf_key)
-            .unwrap()
-            .as_bytes(),
-    )
-    .unwrap();
+    let csr = kubelet_client_csr(&leaf_key);
     let leaf = issue(
         &authority,
         &csr,
