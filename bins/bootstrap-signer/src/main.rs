@@ -29,7 +29,7 @@ use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, PerObjectBackoff, ReconcileMetrics,
     init_logging, requeue_at, run_controller,
 };
-use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s};
+use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secrets_from_k8s};
 use nodeauth_token::secret::SECRET_NAMESPACE;
 use nodeauth_token::signer::{
     self, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, SIGNATURE_KEY_PREFIX,
@@ -157,12 +157,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let timer = ctx.reconciles.start(CONTROLLER);
     let now = jiff::Timestamp::now();
-    let secrets: Vec<_> = ctx
-        .secrets
-        .state()
-        .iter()
-        .map(|s| secret_from_k8s(s))
-        .collect();
+    let secrets = secrets_from_k8s(&ctx.secrets.state());
     let data = cm.data.clone().unwrap_or_default();
     let Some(plan) = signer::plan_signatures(&secrets, &data, now) else {
         tracing::info!("cluster-info has no kubeconfig key; leaving it alone");

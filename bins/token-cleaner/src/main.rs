@@ -22,7 +22,7 @@ use nodeauth_runtime::{
     CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
     requeue_at, run_controller,
 };
-use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s};
+use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s, secrets_from_k8s};
 use nodeauth_token::secret::{SECRET_NAME_PREFIX, SECRET_NAMESPACE};
 use nodeauth_token::signer::plan_cleanup;
 use prometheus_client::metrics::counter::Counter;
@@ -148,12 +148,7 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Ctx>) -> Result<Action, Error> 
         }
     }
     // Gauges over every cached token (cheap: a handful of Secrets).
-    let all: Vec<_> = ctx
-        .store
-        .state()
-        .iter()
-        .map(|s| secret_from_k8s(s))
-        .collect();
+    let all = secrets_from_k8s(&ctx.store.state());
     let overall = plan_cleanup(all.iter(), now);
     ctx.tokens.set(i64::try_from(all.len()).unwrap_or(i64::MAX));
     ctx.next_expiry

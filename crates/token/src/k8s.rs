@@ -32,6 +32,23 @@ pub fn secret_from_k8s(s: &K8sSecret) -> Secret {
     }
 }
 
+/// The plain models of k8s-openapi Secrets ([`secret_from_k8s`] of each), say of a reflector
+/// store's `state()` (`Arc<Secret>`s).
+///
+/// ```
+/// use std::sync::Arc;
+/// use k8s_openapi::api::core::v1::Secret;
+/// use nodeauth_token::k8s::secrets_from_k8s;
+/// let cached: Vec<Arc<Secret>> = vec![Arc::new(Secret::default())];
+/// assert_eq!(secrets_from_k8s(&cached).len(), 1);
+/// ```
+pub fn secrets_from_k8s<S: AsRef<K8sSecret>>(secrets: &[S]) -> Vec<Secret> {
+    secrets
+        .iter()
+        .map(|s| secret_from_k8s(s.as_ref()))
+        .collect()
+}
+
 /// A k8s-openapi Secret to create from the plain model (uid and deletion state are owned by
 /// the API server and not copied).
 pub fn secret_to_k8s(s: &Secret) -> K8sSecret {
