@@ -20,11 +20,7 @@ async fn an_unmodified_kubelet_runs_on_the_agent_as_its_credential_plugin() {
     assert!(node.current().exists(), "the agent stored the pair");
     let csrs = csrs_for(&node.name).await;
     assert_eq!(csrs.len(), 1, "exactly one client CSR");
-    let condition = csrs[0]
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Approved"))
+    let condition = nodeauth_k8s::csr::condition(&csrs[0], "Approved")
         .cloned()
         .expect("approved");
     assert!(

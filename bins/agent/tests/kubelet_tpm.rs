@@ -21,18 +21,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 
 fn approved_message(csr: &CertificateSigningRequest) -> Option<String> {
-    csr.status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .find(|c| c.type_ == "Approved" && c.status == "True")
-        .map(|c| c.message.clone().unwrap_or_default())
+    nodeauth_k8s::csr::condition(csr, "Approved").map(|c| c.message.clone().unwrap_or_default())
 }
 
 fn issued(csr: &CertificateSigningRequest) -> bool {
-    csr.status
-        .as_ref()
-        .and_then(|s| s.certificate.as_ref())
-        .is_some_and(|c| !c.0.is_empty())
+    nodeauth_k8s::csr::certificate(csr).is_some()
 }
 
 #[tokio::test]
