@@ -63,6 +63,33 @@ fn tss(op: &'static str) -> impl FnOnce(tss_esapi::Error) -> TpmDeviceError {
     move |source| TpmDeviceError::Tss { op, source }
 }
 
+/// The evidence of a TPM2_Quote or TPM2_Certify answer (`attest`, `signature`) by `ak` for the
+/// challenge `ticket`, bound to the CSR key `csr_spki_der`: `certified_public` is the Certify's,
+/// `pcrs` the Quote's.
+fn signed_evidence(
+    ticket: &[u8],
+    ak: &Ak,
+    (attest, signature): (
+        tss_esapi::structures::Attest,
+        tss_esapi::structures::Signature,
+    ),
+    csr_spki_der: &[u8],
+    certified_public: Option<Vec<u8>>,
+    pcrs: Vec<PcrValue>,
+) -> Result<TpmEvidence, TpmDeviceError> {
+    Ok(TpmEvidence {
+        ticket: ticket.to_vec(),
+        ak_public: ak.public.clone(),
+        attest: attest.marshall().map_err(tss("marshalling TPMS_ATTEST"))?,
+        signature: signature
+            .marshall()
+            .map_err(tss("marshalling TPMT_SIGNATURE"))?,
+        bound_key_sha256: sha256(csr_spki_der),
+        certified_public,
+        pcrs,
+    })
+}
+
 /// Which endorsement key to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EkKind {
@@ -356,17 +383,7 @@ impl TpmAgent {
                 ctx.quote(ak.handle, extra, SignatureScheme::Null, selection)
             })
             .map_err(tss("Quote"))?;
-        Ok(TpmEvidence {
-            ticket: ticket.to_vec(),
-            ak_public: ak.public.clone(),
-            attest: attest.marshall().map_err(tss("marshalling TPMS_ATTEST"))?,
-            signature: signature
-                .marshall()
-                .map_err(tss("marshalling TPMT_SIGNATURE"))?,
-            bound_key_sha256: sha256(csr_spki_der),
-            certified_public: None,
-            pcrs: values,
-        })
+        signed_evidence(ticket, ak, (attest, signature), csr_spki_der, None, values)
     }
 
     /// TPM2_Certify of the CSR's P-256 key by the AK with the nonce-bound extraData.
@@ -436,18 +453,14 @@ impl TpmAgent {
             out.map_err(tss("Certify of the CSR key by the AK"))
         });
         let _ = self.ctx.flush_context(ObjectHandle::from(key));
-        let (attest, signature) = result?;
-        Ok(TpmEvidence {
-            ticket: ticket.to_vec(),
-            ak_public: ak.public.clone(),
-            attest: attest.marshall().map_err(tss("marshalling TPMS_ATTEST"))?,
-            signature: signature
-                .marshall()
-                .map_err(tss("marshalling TPMT_SIGNATURE"))?,
-            bound_key_sha256: sha256(csr_spki_der.as_bytes()),
-            certified_public: Some(public.as_bytes().to_vec()),
-            pcrs: Vec::new(),
-        })
+        signed_evidence(
+            ticket,
+            ak,
+            result?,
+            csr_spki_der.as_bytes(),
+            Some(public.as_bytes().to_vec()),
+            Vec::new(),
+        )
     }
 
     /// Unloads an AK now (dropping the agent does it too).
