@@ -565,41 +565,26 @@ mod tests {
 
     #[test]
     fn the_same_key_gives_the_same_name_and_request_subject() {
+        let client = |key: &CsrSigningKey, seconds: Option<i32>| {
+            prepare(
+                "n1",
+                &CertificateKind::Client,
+                key,
+                None,
+                seconds,
+                None,
+                None,
+            )
+            .unwrap()
+        };
         let key = CsrSigningKey::generate_p256().unwrap();
-        let a = prepare(
-            "n1",
-            &CertificateKind::Client,
-            &key,
-            None,
-            Some(600),
-            None,
-            None,
-        )
-        .unwrap();
-        let b = prepare(
-            "n1",
-            &CertificateKind::Client,
-            &key,
-            None,
-            Some(600),
-            None,
-            None,
-        )
-        .unwrap();
+        let a = client(&key, Some(600));
+        let b = client(&key, Some(600));
         assert_eq!(a.name, b.name);
         assert_eq!(a.signer_name, "kubernetes.io/kube-apiserver-client-kubelet");
         assert_eq!(a.usages, ["digital signature", "client auth"]);
         let other = CsrSigningKey::generate_p256().unwrap();
-        let c = prepare(
-            "n1",
-            &CertificateKind::Client,
-            &other,
-            None,
-            None,
-            None,
-            None,
-        )
-        .unwrap();
+        let c = client(&other, None);
         assert_ne!(a.name, c.name);
         let csr = nodeauth_csr::parse(a.pem.as_bytes()).unwrap();
         assert_eq!(csr.subject().common_name(), Some("system:node:n1"));
