@@ -29,6 +29,17 @@ pub struct ControlPlane {
     etcd: Mutex<Process>,
     apiserver: Mutex<Process>,
     bundle_lock: Mutex<()>,
+    /// How etcd and kube-apiserver were started, to start them again (fault injection).
+    restart: Restart,
+}
+
+/// The command lines of etcd and kube-apiserver, kept to start them again.
+#[derive(Debug, Clone)]
+struct Restart {
+    lifetime: Lifetime,
+    etcd_port: u16,
+    etcd: (PathBuf, Vec<String>),
+    apiserver: (PathBuf, Vec<String>),
 }
 
 /// Runs a future to completion on a fresh single-threaded runtime in a thread of its own, so it
@@ -89,19 +100,20 @@ impl ControlPlane {
         let etcd_port = process::free_port()?;
         let etcd_peer_port = process::free_port()?;
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_args = vec![
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ];
         let mut etcd = Process::start(
             "etcd",
             etcd_bin,
-            &[
-                format!("--data-dir={}", dir.join("etcd").display()),
-                format!("--listen-client-urls={etcd_url}"),
-                format!("--advertise-client-urls={etcd_url}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer_port}"),
-                format!("--initial-cluster=default=http://127.0.0.1:{etcd_peer_port}"),
-                "--unsafe-no-fsync".into(),
-                "--log-level=warn".into(),
-            ],
+            &etcd_args,
             &logs.join("etcd.log"),
             opts.lifetime,
         )?;
@@ -151,6 +163,12 @@ impl ControlPlane {
             etcd: Mutex::new(etcd),
             apiserver: Mutex::new(apiserver),
             bundle_lock: Mutex::new(()),
+            restart: Restart {
+                lifetime: opts.lifetime,
+                etcd_port,
+                etcd: (etcd_bin.to_path_buf(), etcd_args),
+                apiserver: (apiserver_bin, args),
+            },
         };
         std::fs::write(
             cp.admin_kubeconfig_path(),
@@ -362,6 +380,133 @@ impl ControlPlane {
             .filter_map(|m| m.into_inner().ok().map(Process::into_detached_pid))
             .collect()
     }
+}
+
+/// Faults on the control plane itself, for chaos runs (`cargo xtask chaos`): kill and restart
+/// its processes, expire every watch.
+impl ControlPlane {
+    /// SIGKILLs kube-apiserver and waits until it is gone. [`ControlPlane::restart_apiserver`]
+    /// starts it again.
+    pub fn kill_apiserver(&self) -> Result<(), Error> {
+        let mut p = self
+            .apiserver
+            .lock()
+            .map_err(|_| Error::Other("apiserver lock poisoned".into()))?;
+        signal(p.pid(), "KILL")?;
+        process::wait_until("kube-apiserver to exit", Duration::from_secs(10), || {
+            Ok(p.check_running().is_err() || !process::is_alive(p.pid()))
+        })
+    }
+
+    /// Starts kube-apiserver again with its first command line (same port, same PKI) and
+    /// waits until it is ready. A running apiserver is stopped first.
+    pub fn restart_apiserver(&self) -> Result<(), Error> {
+        {
+            let mut p = self
+                .apiserver
+                .lock()
+                .map_err(|_| Error::Other("apiserver lock poisoned".into()))?;
+            p.stop(Duration::from_secs(10));
+            let (program, args) = &self.restart.apiserver;
+            *p = Process::start(
+                "kube-apiserver",
+                program,
+                args,
+                &self.log_dir().join("kube-apiserver.log"),
+                self.restart.lifetime,
+            )?;
+        }
+        self.wait_ready(Duration::from_secs(60))
+    }
+
+    /// Stops etcd (SIGTERM), starts it again on the same data and port, and waits until it
+    /// is healthy. kube-apiserver stays up and reconnects by itself.
+    pub fn restart_etcd(&self) -> Result<(), Error> {
+        let mut p = self
+            .etcd
+            .lock()
+            .map_err(|_| Error::Other("etcd lock poisoned".into()))?;
+        p.stop(Duration::from_secs(10));
+        let (program, args) = &self.restart.etcd;
+        *p = Process::start(
+            "etcd",
+            program,
+            args,
+            &self.log_dir().join("etcd.log"),
+            self.restart.lifetime,
+        )?;
+        let port = self.restart.etcd_port;
+        process::wait_until("etcd to be healthy again", Duration::from_secs(30), || {
+            p.check_running()?;
+            Ok(http_get_ok(port, "/health"))
+        })
+    }
+
+    /// Compacts etcd up to its current revision (through its JSON gateway) and returns that
+    /// revision: the apiserver's watch cache must start over, and a client resuming a watch
+    /// from an older resourceVersion gets 410 Gone and must list again.
+    pub fn compact_etcd(&self) -> Result<i64, Error> {
+        let port = self.restart.etcd_port;
+        // Any range answers with the store's current revision in its header.
+        let range = http_post_json(port, "/v3/kv/range", r#"{"key":"AA==","limit":1}"#)?;
+        let revision = range
+            .get("header")
+            .and_then(|h| h.get("revision"))
+            .and_then(|r| match r {
+                serde_json::Value::String(s) => s.parse::<i64>().ok(),
+                v => v.as_i64(),
+            })
+            .ok_or_else(|| Error::Other(format!("etcd range: no header.revision in {range}")))?;
+        http_post_json(
+            port,
+            "/v3/kv/compaction",
+            &format!(r#"{{"revision":"{revision}","physical":true}}"#),
+        )?;
+        Ok(revision)
+    }
+}
+
+/// `kill -<sig> <pid>`.
+pub(crate) fn signal(pid: u32, sig: &str) -> Result<(), Error> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| Error::io("running kill".into(), e))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(Error::Other(format!("kill -{sig} {pid}: {status}")))
+    }
+}
+
+/// `POST http://127.0.0.1:<port><path>` with a JSON body; the JSON answer of a 200.
+fn http_post_json(port: u16, path: &str, body: &str) -> Result<serde_json::Value, Error> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(2),
+    )
+    .map_err(|e| Error::io(format!("connecting to 127.0.0.1:{port}"), e))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    s.write_all(
+        format!(
+            "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .map_err(|e| Error::io(format!("POST {path}"), e))?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf)
+        .map_err(|e| Error::io(format!("POST {path}"), e))?;
+    let (head, payload) = buf.split_once("\r\n\r\n").unwrap_or((&buf, ""));
+    if !(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200")) {
+        return Err(Error::Other(format!("POST {path}: {head} {payload}")));
+    }
+    serde_json::from_str(payload).map_err(|e| Error::Other(format!("POST {path}: {e}: {payload}")))
 }
 
 /// A kube client from kubeconfig YAML.

@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod certcheck;
 pub mod cluster;
 mod control_plane;
 pub mod fleet;
@@ -39,7 +40,9 @@ pub mod manifests;
 pub mod nodeauth;
 pub mod pki;
 pub mod process;
+pub mod proxy;
 mod rbac;
+pub mod replicas;
 mod swtpm;
 
 use std::path::PathBuf;
