@@ -9,6 +9,8 @@
 //! - `bench micro [--quick]`: micro-benchmarks against upstream's Go code, as a ratio table.
 //! - `bench kubelets [--quick]`: real kubelets joining through nodeauth and through upstream KCM.
 //! - `bench storm [--quick]`: the join storm (simulated agents) against nodeauth, KCM and a floor.
+//! - `chaos [--quick]`: faults injected on the real control plane during a join storm, with
+//!   what each did to the CSRs (lost, decided twice, issued wrongly or twice) and recovery time.
 //! - `bench all`: every benchmark measured, one Markdown report (target/bench-report/report.md).
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
 
@@ -23,6 +25,7 @@ use clap::{Parser, Subcommand};
 use nodeauth_testenv::{cluster, k8s};
 
 mod bench;
+mod chaos;
 mod chart;
 mod demo;
 mod flakes;
@@ -83,6 +86,12 @@ enum Cmd {
         /// Only these targets (default: all).
         targets: Vec<String>,
     },
+    /// Faults under load: during a join storm with the full policy, each fault in turn on the
+    /// real control plane (apiserver/etcd restarts, watch expiry, a broken connection, leaders
+    /// killed or paused, CA and policy replaced); per fault the CSRs lost, decided twice,
+    /// issued wrongly or twice, and the time to recover (target/bench-report/chaos.md).
+    /// Exit 1 when a guarantee breaks.
+    Chaos(chaos::ChaosArgs),
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
     #[command(subcommand)]
     Chart(ChartCmd),
@@ -169,6 +178,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             demo::run(&cluster_state_dir())
         }
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Chaos(args) => chaos::run(&args),
         Cmd::Chart(c) => chart_cmd(&c),
         Cmd::Fuzz { minutes, targets } => {
             fuzz::campaign(minutes, &targets).map(|()| ExitCode::SUCCESS)

@@ -115,11 +115,14 @@ impl Config {
 
 /// The driver's JSON.
 #[derive(Debug, serde::Deserialize)]
-struct Outcome {
-    nodes: usize,
-    issued: usize,
-    total_s: f64,
-    latencies_s: Vec<f64>,
+pub(crate) struct Outcome {
+    pub(crate) nodes: usize,
+    pub(crate) issued: usize,
+    pub(crate) total_s: f64,
+    pub(crate) latencies_s: Vec<f64>,
+    /// The first few failures, verbatim.
+    #[serde(default)]
+    pub(crate) errors: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -212,6 +215,34 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
         started,
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The storm driver (benches/src/bin/storm.rs, built in `bin_dir`) for `n` agents named
+/// `<prefix>-<i>`, at most `concurrency` in flight, in `mode` (`plain`, `insecure`, `floor`),
+/// all with bootstrap token `token`. Its stdout is one JSON [`Outcome`].
+pub(crate) fn driver_command(
+    bin_dir: &Path,
+    cp: &ControlPlane,
+    n: usize,
+    concurrency: usize,
+    prefix: &str,
+    mode: &str,
+    token: &str,
+) -> Command {
+    let mut driver = Command::new(bin_dir.join("storm"));
+    driver
+        .arg(format!("--server={}", cp.server()))
+        .arg(format!("--ca-file={}", cp.pki().path("ca.crt").display()))
+        .arg(format!(
+            "--admin-kubeconfig={}",
+            cp.admin_kubeconfig_path().display()
+        ))
+        .arg(format!("--nodes={n}"))
+        .arg(format!("--concurrency={concurrency}"))
+        .arg(format!("--prefix={prefix}"))
+        .arg(format!("--mode={mode}"))
+        .env("NODEAUTH_TOKEN", token);
+    driver
 }
 
 /// utime + stime of `pid`, in seconds.
@@ -334,19 +365,7 @@ async fn one(
         },
         nodeauth_testenv::random_lower_alnum(4)
     );
-    let mut driver = Command::new(bin_dir.join("storm"));
-    driver
-        .arg(format!("--server={}", cp.server()))
-        .arg(format!("--ca-file={}", cp.pki().path("ca.crt").display()))
-        .arg(format!(
-            "--admin-kubeconfig={}",
-            cp.admin_kubeconfig_path().display()
-        ))
-        .arg(format!("--nodes={n}"))
-        .arg(format!("--concurrency={}", args.concurrency))
-        .arg(format!("--prefix={prefix}"))
-        .arg(format!("--mode={mode}"))
-        .env("NODEAUTH_TOKEN", token);
+    let mut driver = driver_command(bin_dir, cp, n, args.concurrency, &prefix, mode, token);
     let out = tokio::task::spawn_blocking(move || driver.output())
         .await?
         .context("running the storm driver")?;

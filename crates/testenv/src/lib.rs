@@ -44,6 +44,7 @@ pub mod proxy;
 mod rbac;
 pub mod replicas;
 mod swtpm;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};

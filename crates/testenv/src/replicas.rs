@@ -69,6 +69,8 @@ impl Default for ReplicasOptions {
 #[derive(Debug)]
 struct Replica {
     component: &'static str,
+    /// The first identity; restarts add `-r<n>`.
+    base: String,
     identity: String,
     program: PathBuf,
     args: Vec<String>,
@@ -147,9 +149,16 @@ impl NodeauthReplicas {
                 ];
                 all.extend(args.iter().cloned());
                 let process = cp.start_program(&identity, &program, &all)?;
-                wait_ready(&process, health).await?;
+                // A standby is alive but not ready (its caches start with the lease).
+                wait_ready(
+                    &process,
+                    health,
+                    if i == 0 { "/readyz" } else { "/healthz" },
+                )
+                .await?;
                 replicas.push(Replica {
                     component,
+                    base: identity.clone(),
                     identity,
                     program: program.clone(),
                     args: all,
@@ -207,17 +216,18 @@ impl NodeauthReplicas {
     ) -> Result<String, Error> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Ok(Some(id)) = self.leader(cp, component).await
-                && Some(id.as_str()) != not
-                && self.pid(&id).is_some()
-            {
-                return Ok(id);
-            }
+            let last = match self.leader(cp, component).await {
+                Ok(Some(id)) if Some(id.as_str()) != not && self.pid(&id).is_some() => {
+                    return Ok(id);
+                }
+                Ok(holder) => format!("held by {holder:?}"),
+                Err(e) => e.to_string(),
+            };
             if Instant::now() > deadline {
                 return Err(Error::Timeout {
                     what: format!("a new {component} leader"),
                     after: timeout,
-                    last: String::new(),
+                    last,
                 });
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -328,6 +338,16 @@ fn supervise(replicas: &Mutex<Vec<Replica>>, restarts: &AtomicU32, stop: &Atomic
                 continue;
             }
             tracing::info!(identity = %r.identity, "replica exited; starting it again");
+            // A new identity, as a restarted Pod's replica gets (the default identity has a
+            // random suffix): with the old one it would take its own Lease back at once.
+            let n = restarts.load(Ordering::SeqCst) + 1;
+            let identity = format!("{}-r{n}", r.base);
+            for a in &mut r.args {
+                if a.starts_with("--leader-elect-identity=") {
+                    *a = format!("--leader-elect-identity={identity}");
+                }
+            }
+            r.identity = identity;
             if let Ok(p) = Process::start(
                 &r.identity,
                 &r.program,
@@ -342,15 +362,15 @@ fn supervise(replicas: &Mutex<Vec<Replica>>, restarts: &AtomicU32, stop: &Atomic
     }
 }
 
-async fn wait_ready(process: &Process, health: u16) -> Result<(), Error> {
+async fn wait_ready(process: &Process, health: u16, path: &str) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok((200, _)) = manifests::http_get(health, "/readyz") {
+        if let Ok((200, _)) = manifests::http_get(health, path) {
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(Error::Other(format!(
-                "{} not ready in 60s:\n{}",
+                "{} not answering {path} in 60s:\n{}",
                 process.log_path().display(),
                 process.log_tail(30)
             )));
