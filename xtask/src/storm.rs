@@ -219,10 +219,13 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
 
 /// The storm driver (benches/src/bin/storm.rs, built in `bin_dir`) for `n` agents named
 /// `<prefix>-<i>`, at most `concurrency` in flight, in `mode` (`plain`, `insecure`, `floor`),
-/// all with bootstrap token `token`. Its stdout is one JSON [`Outcome`].
+/// all with bootstrap token `token`, talking to `server` (the control plane's, or a proxy in
+/// front of it). Its stdout is one JSON [`Outcome`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn driver_command(
     bin_dir: &Path,
     cp: &ControlPlane,
+    server: &str,
     n: usize,
     concurrency: usize,
     prefix: &str,
@@ -231,7 +234,7 @@ pub(crate) fn driver_command(
 ) -> Command {
     let mut driver = Command::new(bin_dir.join("storm"));
     driver
-        .arg(format!("--server={}", cp.server()))
+        .arg(format!("--server={server}"))
         .arg(format!("--ca-file={}", cp.pki().path("ca.crt").display()))
         .arg(format!(
             "--admin-kubeconfig={}",
@@ -365,7 +368,16 @@ async fn one(
         },
         nodeauth_testenv::random_lower_alnum(4)
     );
-    let mut driver = driver_command(bin_dir, cp, n, args.concurrency, &prefix, mode, token);
+    let mut driver = driver_command(
+        bin_dir,
+        cp,
+        cp.server(),
+        n,
+        args.concurrency,
+        &prefix,
+        mode,
+        token,
+    );
     let out = tokio::task::spawn_blocking(move || driver.output())
         .await?
         .context("running the storm driver")?;

@@ -5,7 +5,8 @@
 //! Modes ([`ProxyMode`]):
 //! - `Pass`: bytes flow both ways.
 //! - `Reset`: every open connection is closed, and new ones are closed as soon as accepted.
-//! - `Stall`: bytes are held (nothing is lost); they flow again when the mode changes.
+//! - `Stall`: bytes are held (nothing is lost), and new connections are held before the
+//!   upstream is dialled; they flow again when the mode changes.
 //! - `BlackHole`: connections are accepted and read, but nothing is forwarded or answered;
 //!   a connection open while in this mode stays a black hole for good (as behind a dropped
 //!   NAT entry): only a client that gives up on it and reconnects recovers.
@@ -157,7 +158,15 @@ async fn accept_loop(
 
 /// One client connection, until either side closes or the mode is `Reset`.
 async fn connection(client: TcpStream, upstream: &str, mut mode: watch::Receiver<ProxyMode>) {
-    let initial = *mode.borrow_and_update();
+    let mut initial = *mode.borrow_and_update();
+    // A connection opened during a stall is held too: the upstream is dialled once it ends
+    // (so a client can ride out an upstream that is down meanwhile).
+    while initial == ProxyMode::Stall {
+        if mode.changed().await.is_err() {
+            return;
+        }
+        initial = *mode.borrow_and_update();
+    }
     match initial {
         ProxyMode::Reset => return,
         ProxyMode::BlackHole => {
@@ -337,6 +346,16 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(&got, b"2", "the stalled byte arrives once passing again");
+        // A connection opened during a stall dials the upstream once it ends.
+        proxy.set_mode(ProxyMode::Stall);
+        let mut b = TcpStream::connect(proxy.addr()).await.unwrap();
+        assert_eq!(round_trip(&mut b, b"3", SHORT).await, None);
+        proxy.set_mode(ProxyMode::Pass);
+        tokio::time::timeout(LONG, b.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"3");
     }
 
     #[tokio::test]

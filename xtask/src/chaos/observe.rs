@@ -89,6 +89,10 @@ impl CsrHistory {
 pub(crate) struct SeenEvent {
     pub(crate) at: Instant,
     pub(crate) instance: String,
+    pub(crate) reason: String,
+    /// When the writer says it wrote it (its `eventTime`, microseconds, the writer's clock —
+    /// this machine's).
+    pub(crate) time: Option<jiff::Timestamp>,
 }
 
 /// Everything seen so far.
@@ -170,6 +174,8 @@ impl Seen {
         self.events.push(SeenEvent {
             at,
             instance: e.reporting_instance.clone().unwrap_or_default(),
+            reason: e.reason.clone().unwrap_or_default(),
+            time: e.event_time.as_ref().map(|t| t.0),
         });
     }
 
@@ -330,9 +336,16 @@ pub(crate) struct Checks {
     pub(crate) examples: Vec<String>,
 }
 
-/// Lost, doubled and wrong CSRs, and the recovery after `from`. `cas` are the CA
-/// certificates a certificate may be signed by.
-pub(crate) fn check(seen: &Seen, cas: &[&str], from: Instant) -> Checks {
+/// Lost, doubled and wrong CSRs, and the recovery after `from` (`from_wall` on the wall
+/// clock). `cas` are the CA certificates a certificate may be signed by; `tag` is in the
+/// identities of this run's replicas (`approver-<tag>-...`).
+pub(crate) fn check(
+    seen: &Seen,
+    cas: &[&str],
+    from: Instant,
+    from_wall: jiff::Timestamp,
+    tag: &str,
+) -> Checks {
     let mut c = Checks {
         csrs: seen.csrs.len(),
         ..Checks::default()
@@ -383,21 +396,34 @@ pub(crate) fn check(seen: &Seen, cas: &[&str], from: Instant) -> Checks {
         .csrs
         .values()
         .any(|h| !h.denied() && h.issued_at().is_none_or(|t| t >= from));
+    // The next write is timed by its Event (written right after it, stamped by the writer in
+    // microseconds): a change the harness's watch delivers just after `from` may have been
+    // written just before it. Without Events, by when the watch saw the change.
+    let next_event = |component: &str, reasons: &[&str]| {
+        let prefix = format!("{component}-{tag}-");
+        seen.events
+            .iter()
+            .filter(|e| e.instance.starts_with(&prefix) && reasons.contains(&e.reason.as_str()))
+            .filter_map(|e| e.time)
+            .filter(|t| *t >= from_wall)
+            .min()
+            .and_then(|t| Duration::try_from(t.duration_since(from_wall)).ok())
+    };
     let first = |times: Vec<Instant>| times.into_iter().min().map(|t| t - from);
-    let next_decision = first(
+    let next_decision = next_event("approver", &["Approved", "Denied"]).or(first(
         seen.csrs
             .values()
             .filter_map(CsrHistory::decided_at)
             .filter(|t| *t >= from)
             .collect(),
-    );
-    let next_issue = first(
+    ));
+    let next_issue = next_event("signer", &["Issued"]).or(first(
         seen.csrs
             .values()
             .filter_map(CsrHistory::issued_at)
             .filter(|t| *t >= from)
             .collect(),
-    );
+    ));
     c.recovery = match (undecided, unissued) {
         (false, false) => Some(Duration::ZERO),
         (true, false) => next_decision,
