@@ -514,6 +514,46 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
             }
         }
     }
+    if fault == Fault::CaRotation
+        && let Some(new_ca) = injected.cas.first()
+    {
+        // Which CA signed each certificate, in the order seen.
+        let mut issued: Vec<(Instant, bool)> = seen
+            .csrs
+            .values()
+            .flat_map(|h| {
+                h.certs.iter().map(|(at, cert)| {
+                    let by_new = nodeauth_testenv::certcheck::check_issued(
+                        &h.request,
+                        cert,
+                        &[new_ca.as_str()],
+                    )
+                    .is_ok();
+                    (*at, by_new)
+                })
+            })
+            .collect();
+        issued.sort_by_key(|(at, _)| *at);
+        match issued.iter().position(|(_, by_new)| *by_new) {
+            Some(i) => {
+                let old_after = issued[i..].iter().filter(|(_, by_new)| !by_new).count();
+                notes.push(format!(
+                    "first certificate by the new CA {:.1} s after the files were replaced; \
+                     {} by the old CA before it, {old_after} after; {} by the new CA",
+                    issued[i]
+                        .0
+                        .saturating_duration_since(injected.from)
+                        .as_secs_f64(),
+                    i,
+                    issued.len() - i - old_after
+                ));
+            }
+            None => {
+                extra.push(("new CA never used".into(), 1));
+                notes.push("no certificate by the new CA".into());
+            }
+        }
+    }
     if checks.denied > 0 {
         notes.push(format!("{} denied", checks.denied));
     }
