@@ -460,11 +460,37 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
     let mut extra = injected.extra;
     let mut notes = injected.notes;
     if let Some((ids, cont)) = &injected.paused {
-        let events = seen
+        let late: Vec<&observe::SeenEvent> = seen
             .events
             .iter()
             .filter(|e| ids.contains(&e.instance) && e.at >= *cont)
+            .collect();
+        let events = late.len();
+        // What those Events tell: stamped before the pause (a request the pause interrupted),
+        // and whether the CSR change they report reached the apiserver only after SIGCONT.
+        let stamped_before = late
+            .iter()
+            .filter(|e| e.time.is_some_and(|t| t < from_wall))
             .count();
+        let csr_writes_after = late
+            .iter()
+            .filter(|e| {
+                seen.csrs.get(&e.regarding).is_some_and(|h| {
+                    let at = if e.reason == "Issued" {
+                        h.issued_at()
+                    } else {
+                        h.decided_at()
+                    };
+                    at.is_none_or(|t| t >= *cont)
+                })
+            })
+            .count();
+        let reasons = {
+            let mut r: Vec<&str> = late.iter().map(|e| e.reason.as_str()).collect();
+            r.sort_unstable();
+            r.dedup();
+            r.join("/")
+        };
         let lease = seen
             .holders
             .iter()
@@ -472,8 +498,9 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
             .count();
         extra.push(("writes by a woken leader".into(), events + lease));
         notes.push(format!(
-            "after SIGCONT: {events} Events and {lease} Lease takeovers by the paused \
-             identities ({})",
+            "after SIGCONT: {events} Events ({reasons}; {stamped_before} stamped before the \
+             pause; {csr_writes_after} reporting a CSR write first seen after SIGCONT) and \
+             {lease} Lease takeovers by the paused identities ({})",
             ids.join(", ")
         ));
     }

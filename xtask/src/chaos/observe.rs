@@ -90,6 +90,8 @@ pub(crate) struct SeenEvent {
     pub(crate) at: Instant,
     pub(crate) instance: String,
     pub(crate) reason: String,
+    /// The object it reports on (a CSR's name).
+    pub(crate) regarding: String,
     /// When the writer says it wrote it (its `eventTime`, microseconds, the writer's clock —
     /// this machine's).
     pub(crate) time: Option<jiff::Timestamp>,
@@ -175,6 +177,11 @@ impl Seen {
             at,
             instance: e.reporting_instance.clone().unwrap_or_default(),
             reason: e.reason.clone().unwrap_or_default(),
+            regarding: e
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.clone())
+                .unwrap_or_default(),
             time: e.event_time.as_ref().map(|t| t.0),
         });
     }
