@@ -496,7 +496,12 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
             .iter()
             .filter(|(at, _, holder)| *at >= *cont && ids.contains(holder))
             .count();
-        extra.push(("writes by a woken leader".into(), events + lease));
+
+        extra.push((
+            "CSR or Lease writes by a woken leader".into(),
+            csr_writes_after + lease,
+        ));
+        extra.push(("Events by a woken leader".into(), events));
         notes.push(format!(
             "after SIGCONT: {events} Events ({reasons}; {stamped_before} stamped before the \
              pause; {csr_writes_after} reporting a CSR write first seen after SIGCONT) and \
