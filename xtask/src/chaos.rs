@@ -12,12 +12,22 @@
 //!   CA the signer was given;
 //! - issued twice: a certificate replaced by another;
 //! - recovery: from the fault's end (for a kill or a pause: its start) to the first decision
-//!   and the first issuance after it (the later of the two), when work was waiting.
+//!   and the first issuance after it (the later of the two), when work was waiting; timed by
+//!   the Event each write is followed by (its `eventTime`, stamped by the writer), as a change
+//!   the watch delivers just after the fault may have been written just before it.
 //!
-//! Plus per fault what only it can break: a paused leader that wakes up must write nothing
-//! (Events carry the writer's identity as `reportingInstance`; the Lease its holder); after a
-//! stricter policy is loaded no CSR may be decided by the old one (each decision's message
-//! names its policy; the watch delivers writes in commit order).
+//! Plus per fault what only it can break: a paused leader that wakes up must write nothing —
+//! neither a CSR or the Lease (a decision or certificate first seen after SIGCONT whose Event
+//! it wrote; the Lease's holder) nor an Event (Events carry the writer's identity as
+//! `reportingInstance`), counted apart; after a stricter policy is loaded no CSR may be
+//! decided by the old one (each decision's message names its policy, and the watch delivers
+//! writes in commit order, so "an old-policy decision seen after the new policy's first" is
+//! one written after the new policy was in force). Around a CA rotation, which CA signed
+//! each certificate is reported.
+//!
+//! The storm's agents reach the apiserver through a second proxy, stalled while the
+//! apiserver is down, so their requests wait for it rather than fail (the driver's agents do
+//! not retry a create).
 //!
 //! Exit 1 when a guarantee breaks: anything lost, doubled or wrong, a woken leader's write, an
 //! old-policy decision after the new policy's first, or recovery over lease duration + 5 s.
