@@ -701,8 +701,9 @@ async fn inject(
             };
             let leader = replicas.leader(cp, component).await?.context("no leader")?;
             let pid = replicas.pid(&leader).context("leader not ours")?;
-            injected.from = Instant::now();
+            // From once kill(1) has returned: the leader runs no more code after that.
             signal(pid, "KILL")?;
+            injected.from = Instant::now();
             let next = replicas
                 .wait_leader(cp, component, Some(&leader), LEASE * 4)
                 .await?;
@@ -717,10 +718,10 @@ async fn inject(
                 let leader = replicas.leader(cp, component).await?.context("no leader")?;
                 paused.push((component, leader));
             }
-            injected.from = Instant::now();
             for (_, id) in &paused {
                 signal(replicas.pid(id).context("leader not ours")?, "STOP")?;
             }
+            injected.from = Instant::now();
             for (component, id) in &paused {
                 let next = replicas
                     .wait_leader(cp, component, Some(id), LEASE * 4)
