@@ -578,12 +578,13 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
         issued.sort_by_key(|(at, _)| *at);
         match issued.iter().position(|(_, by_new)| *by_new) {
             Some(i) => {
-                let old_after = issued[i..].iter().filter(|(_, by_new)| !by_new).count();
+                let from_first_new = issued.get(i..).unwrap_or_default();
+                let first_new_at = from_first_new.first().map_or(injected.from, |(at, _)| *at);
+                let old_after = from_first_new.iter().filter(|(_, by_new)| !by_new).count();
                 notes.push(format!(
                     "first certificate by the new CA {:.1} s after the files were replaced; \
                      {} by the old CA before it, {old_after} after; {} by the new CA",
-                    issued[i]
-                        .0
+                    first_new_at
                         .saturating_duration_since(injected.from)
                         .as_secs_f64(),
                     i,
@@ -619,9 +620,9 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
     drop(seen);
     let agent_failures = outcome.as_ref().map_or(ctx.n, |o| o.nodes - o.issued);
     if let Some(o) = &outcome
-        && !o.errors.is_empty()
+        && let Some(first) = o.errors.first()
     {
-        notes.push(format!("agents: {}", o.errors[0]));
+        notes.push(format!("agents: {first}"));
     }
     drop(observer);
     drop(replicas);

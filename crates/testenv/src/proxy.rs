@@ -261,7 +261,11 @@ async fn pump(
         if dead.load(Ordering::SeqCst) {
             continue;
         }
-        if to.write_all(&buf[..n]).await.is_err() {
+        if to
+            .write_all(buf.get(..n).unwrap_or_default())
+            .await
+            .is_err()
+        {
             return;
         }
     }
