@@ -211,26 +211,10 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode> {
     } else {
         args.faults.clone()
     };
-    let bin_dir = crate::bench::build_for_bench(
-        &[
-            "-p",
-            "approver",
-            "-p",
-            "signer",
-            "-p",
-            "nodeauth-benches",
-            "--bin",
-            "storm",
-            "--bin",
-            "approver",
-            "--bin",
-            "signer",
-        ],
-        args.quick,
-    )?;
+    let bin_dir = crate::storm::build_storm_binaries(args.quick)?;
     let (cp, dir) = crate::bench::bench_control_plane("chaos")?;
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
-    let group = "system:bootstrappers:storm";
+    let group = crate::storm::STORM_GROUP;
     let (token, proxy, agents) = rt.block_on(async {
         let admin = cp.admin_client().await?;
         nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group).await?;

@@ -148,14 +148,13 @@ impl Measured {
     }
 }
 
-pub fn run(args: &StormArgs) -> Result<ExitCode> {
-    let started = Instant::now();
-    let counts = if args.quick {
-        vec![10]
-    } else {
-        args.nodes.clone()
-    };
-    let bin_dir = crate::bench::build_for_bench(
+/// The bootstrap token group of the storm's simulated agents.
+pub(crate) const STORM_GROUP: &str = "system:bootstrappers:storm";
+
+/// Builds the approver, the signer and the storm driver (debug when `quick`, else release) and
+/// returns the directory that holds them.
+pub(crate) fn build_storm_binaries(quick: bool) -> Result<std::path::PathBuf> {
+    crate::bench::build_for_bench(
         &[
             "-p",
             "approver",
@@ -170,11 +169,21 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
             "--bin",
             "signer",
         ],
-        args.quick,
-    )?;
+        quick,
+    )
+}
+
+pub fn run(args: &StormArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let counts = if args.quick {
+        vec![10]
+    } else {
+        args.nodes.clone()
+    };
+    let bin_dir = build_storm_binaries(args.quick)?;
     let (cp, dir) = crate::bench::bench_control_plane("bench-storm")?;
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
-    let group = "system:bootstrappers:storm";
+    let group = STORM_GROUP;
     let token = rt.block_on(async {
         let admin = cp.admin_client().await?;
         // kubeadm's bindings: token holders may create CSRs, and (for KCM and the kcm preset's
