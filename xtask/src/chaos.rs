@@ -219,11 +219,7 @@ pub fn run(args: &ChaosArgs) -> Result<ExitCode> {
         let admin = cp.admin_client().await?;
         nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group).await?;
         let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group]).await?;
-        nodeauth_testenv::manifests::apply_file(
-            &admin,
-            &workspace_root().join("deploy/approver/crd.yaml"),
-        )
-        .await?;
+        cp.install_policy_crd().await?;
         let proxy = Proxy::start(cp.server()).await?;
         let agents = Proxy::start(cp.server()).await?;
         anyhow::Ok((token, proxy, agents))

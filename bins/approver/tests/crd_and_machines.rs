@@ -13,10 +13,8 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::wait::{await_condition, conditions};
-use nodeauth_testenv::{manifests, unique_name};
+use nodeauth_testenv::unique_name;
 
 fn resource(group: &str, kind: &str, plural: &str, version: &str) -> ApiResource {
     ApiResource {
@@ -54,21 +52,7 @@ async fn put_policy(name: &str, spec: serde_json::Value) {
 async fn served_policies_and_machine_inventory() {
     let admin = cp().admin_client().await.unwrap();
     cp().install_machine_crds().await.unwrap();
-    manifests::apply_file(&admin, &manifests::deploy_dir().join("approver/crd.yaml"))
-        .await
-        .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(
-            crds,
-            "nodeauthpolicies.nodeauth.io",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .expect("the NodeAuthPolicy CRD established within 30s")
-    .unwrap();
+    cp().install_policy_crd().await.unwrap();
     let spec = serde_json::json!({
         "signers": ["kubernetes.io/kube-apiserver-client-kubelet"],
         "requesters": {"groups": ["system:bootstrappers"]},

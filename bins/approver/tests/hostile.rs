@@ -20,9 +20,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_testenv::{manifests, unique_name};
 use tokio::sync::OnceCell;
@@ -80,7 +78,7 @@ async fn approver() -> &'static Approver {
     static APPROVER: OnceCell<Approver> = OnceCell::const_new();
     APPROVER
         .get_or_init(|| async {
-            install_policy_crd().await;
+            cp().install_policy_crd().await.unwrap();
             let path = cp().dir().join(unique_name("hostile-policy"));
             std::fs::write(&path, POLICY).unwrap();
             start_approver_with(
@@ -94,25 +92,6 @@ async fn approver() -> &'static Approver {
             .await
         })
         .await
-}
-
-async fn install_policy_crd() {
-    let admin = cp().admin_client().await.unwrap();
-    manifests::apply_file(&admin, &manifests::deploy_dir().join("approver/crd.yaml"))
-        .await
-        .unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(admin);
-    tokio::time::timeout(
-        Duration::from_secs(30),
-        await_condition(
-            crds,
-            "nodeauthpolicies.nodeauth.io",
-            conditions::is_crd_established(),
-        ),
-    )
-    .await
-    .expect("the NodeAuthPolicy CRD established within 30s")
-    .unwrap();
 }
 
 fn node_auth_policies(admin: kube::Client) -> Api<DynamicObject> {

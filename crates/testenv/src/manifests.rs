@@ -101,14 +101,33 @@ pub fn machine_crd_paths() -> [PathBuf; 2] {
 impl ControlPlane {
     /// Installs both Machine CRDs (idempotent) and waits until they are served.
     pub async fn install_machine_crds(&self) -> Result<(), Error> {
+        self.install_crds(
+            &machine_crd_paths(),
+            &["machines.cluster.x-k8s.io", "machines.machine.openshift.io"],
+        )
+        .await
+    }
+
+    /// Installs the approver's NodeAuthPolicy CRD (`deploy/approver/crd.yaml`, idempotent) and
+    /// waits until it is served.
+    pub async fn install_policy_crd(&self) -> Result<(), Error> {
+        self.install_crds(
+            &[deploy_dir().join("approver/crd.yaml")],
+            &["nodeauthpolicies.nodeauth.io"],
+        )
+        .await
+    }
+
+    /// Applies the CRD files and waits (30 s at most) until each named CRD is Established.
+    async fn install_crds(&self, paths: &[PathBuf], names: &[&str]) -> Result<(), Error> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         use kube::runtime::wait::{await_condition, conditions};
         let admin = self.admin_client().await?;
-        for path in machine_crd_paths() {
-            apply_file(&admin, &path).await?;
+        for path in paths {
+            apply_file(&admin, path).await?;
         }
         let crds: Api<CustomResourceDefinition> = Api::all(admin);
-        for name in ["machines.cluster.x-k8s.io", "machines.machine.openshift.io"] {
+        for &name in names {
             tokio::time::timeout(
                 std::time::Duration::from_secs(30),
                 await_condition(crds.clone(), name, conditions::is_crd_established()),
