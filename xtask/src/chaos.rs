@@ -492,10 +492,17 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
             csr_writes_after + lease,
         ));
         extra.push(("Events by a woken leader".into(), events));
+        let events_note = if events == 0 {
+            "0 Events".to_owned()
+        } else {
+            format!(
+                "{events} Events ({reasons}; {stamped_before} stamped before the pause; \
+                 {csr_writes_after} reporting a CSR write first seen after SIGCONT)"
+            )
+        };
         notes.push(format!(
-            "after SIGCONT: {events} Events ({reasons}; {stamped_before} stamped before the \
-             pause; {csr_writes_after} reporting a CSR write first seen after SIGCONT) and \
-             {lease} Lease takeovers by the paused identities ({})",
+            "after SIGCONT: {events_note} and {lease} Lease takeovers by the paused identities \
+             ({})",
             ids.join(", ")
         ));
     }

@@ -82,8 +82,9 @@ pub fn build() -> Result<()> {
     )
 }
 
-/// Runs one target for `seconds` on its kept corpus.
-pub fn run_target(target: &str, seconds: u64) -> Result<Stats> {
+/// Runs one target for `seconds` (or until `execs` executions, whichever comes first) on its
+/// kept corpus.
+pub fn run_target(target: &str, seconds: u64, execs: Option<u64>) -> Result<Stats> {
     let corpus = fuzz_root().join("corpus").join(target);
     let artifacts = fuzz_root().join("artifacts").join(target);
     std::fs::create_dir_all(&corpus).context("creating the fuzz corpus directory")?;
@@ -101,6 +102,10 @@ pub fn run_target(target: &str, seconds: u64) -> Result<Stats> {
         .arg(format!("-max_total_time={seconds}"))
         .arg(format!("-artifact_prefix={}/", artifacts.display()))
         .arg("-print_final_stats=1");
+    if let Some(n) = execs {
+        r.arg(format!("-runs={n}"));
+    }
+    let started = std::time::Instant::now();
     let (mut reader, writer) = std::io::pipe().context("creating a pipe")?;
     r.stdout(writer.try_clone().context("cloning the pipe")?)
         .stderr(writer);
@@ -131,15 +136,16 @@ pub fn run_target(target: &str, seconds: u64) -> Result<Stats> {
     };
     Ok(Stats {
         target: target.to_owned(),
-        seconds,
+        seconds: started.elapsed().as_secs(),
         execs: stat("stat::number_of_executed_units:"),
         execs_per_sec: stat("stat::average_exec_per_sec:"),
         corpus: std::fs::read_dir(&corpus).map(|d| d.count()).unwrap_or(0),
     })
 }
 
-/// The campaign: every target (or those named) for `minutes` each; a report table.
-pub fn campaign(minutes: u64, only: &[String]) -> Result<()> {
+/// The campaign: every target (or those named) for `minutes` (or `execs` executions) each; a
+/// report table. A crashing target does not stop the others; the campaign fails at the end.
+pub fn campaign(minutes: u64, execs: Option<u64>, only: &[String]) -> Result<()> {
     build()?;
     let all = targets()?;
     let chosen: Vec<String> = if only.is_empty() {
@@ -153,17 +159,29 @@ pub fn campaign(minutes: u64, only: &[String]) -> Result<()> {
         only.to_vec()
     };
     let mut rows = Vec::new();
+    let mut crashed = Vec::new();
+    let budget = match execs {
+        Some(n) => format!("{n} execs (at most {minutes} min)"),
+        None => format!("{minutes} min"),
+    };
     for t in &chosen {
-        println!("==> fuzz {t} for {minutes} min");
-        let s = run_target(t, minutes * 60)?;
-        println!(
-            "    {} execs ({} /s), corpus {} inputs",
-            s.execs, s.execs_per_sec, s.corpus
-        );
-        rows.push(s);
+        println!("==> fuzz {t} for {budget}");
+        match run_target(t, minutes * 60, execs) {
+            Ok(s) => {
+                println!(
+                    "    {} execs in {} s ({} /s), corpus {} inputs",
+                    s.execs, s.seconds, s.execs_per_sec, s.corpus
+                );
+                rows.push(s);
+            }
+            Err(e) => {
+                println!("    {e:#}");
+                crashed.push(t.clone());
+            }
+        }
     }
     let mut report = format!(
-        "# Fuzz campaign: {minutes} min per target (corpus kept in {})\n\n| target | seconds | execs | execs/s | corpus |\n|---|---|---|---|---|\n",
+        "# Fuzz campaign: {budget} per target (corpus kept in {})\n\n| target | seconds | execs | execs/s | corpus |\n|---|---|---|---|---|\n",
         fuzz_root().join("corpus").display()
     );
     for s in &rows {
@@ -176,5 +194,8 @@ pub fn campaign(minutes: u64, only: &[String]) -> Result<()> {
     std::fs::write(&path, &report).with_context(|| format!("writing {}", path.display()))?;
     print!("{report}");
     println!("report: {}", path.display());
+    if !crashed.is_empty() {
+        bail!("fuzz targets failed: {}", crashed.join(", "));
+    }
     Ok(())
 }

@@ -76,13 +76,17 @@ enum Cmd {
     /// Benchmarks against upstream (`bench micro|storm|kubelets [--quick]`, `bench all`).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
-    /// A fuzzing campaign: every target (or those given) for M minutes each, on a corpus kept
+    /// A fuzzing campaign: every target (or those given) for M minutes (or N execs) each, on a corpus kept
     /// between runs in ~/.cache/nodeauth/fuzz/; execs and execs/s per target in
     /// target/fuzz-report.md. A crash fails it and leaves the input in fuzz/artifacts/.
     Fuzz {
-        /// Minutes per target.
+        /// Minutes per target (with --execs: the most any target may take).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
         minutes: u64,
+        /// Stop each target after this many executions (libFuzzer -runs) instead of at the
+        /// time limit, e.g. `--execs 10000000 --minutes 60` for a 10^7-exec campaign.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        execs: Option<u64>,
         /// Only these targets (default: all).
         targets: Vec<String>,
     },
@@ -180,9 +184,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Chaos(args) => chaos::run(&args),
         Cmd::Chart(c) => chart_cmd(&c),
-        Cmd::Fuzz { minutes, targets } => {
-            fuzz::campaign(minutes, &targets).map(|()| ExitCode::SUCCESS)
-        }
+        Cmd::Fuzz {
+            minutes,
+            execs,
+            targets,
+        } => fuzz::campaign(minutes, execs, &targets).map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -454,7 +460,7 @@ fn fuzz_smoke() -> Result<()> {
     let targets = fuzz::targets()?;
     for t in &targets {
         println!("==> fuzz {t} for {FUZZ_SMOKE_SECONDS}s");
-        let s = fuzz::run_target(t, FUZZ_SMOKE_SECONDS.into())?;
+        let s = fuzz::run_target(t, FUZZ_SMOKE_SECONDS.into(), None)?;
         println!("    {} execs ({} /s)", s.execs, s.execs_per_sec);
     }
     println!(

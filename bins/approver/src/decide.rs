@@ -144,8 +144,10 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     let spec = &csr.spec;
     let username = spec.username.as_deref().unwrap_or("");
     let groups = spec.groups.as_deref().unwrap_or(&[]);
-    let set = ctx.policies.current();
-    let Some(policy) = set
+    let in_force = ctx.policies.in_force();
+    let generation = in_force.generation;
+    let Some(policy) = in_force
+        .set
         .iter()
         .flat_map(|s| s.policies())
         .find(|p| p.covers_signer(&spec.signer_name) && p.requesters.covers(username, groups))
@@ -172,7 +174,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                 }],
             };
             let signer = signer_label(policy, &spec.signer_name);
-            return record(csr, name, signer, username, None, decision, ctx).await;
+            return record(csr, name, signer, username, None, decision, generation, ctx).await;
         }
     };
     let lookup_error = |source| Error::Lookup {
@@ -244,6 +246,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         &facts.username,
         node.as_deref(),
         decision,
+        generation,
         ctx,
     )
     .await
@@ -434,7 +437,10 @@ fn older_pending_for_name(
         .map(|(_, name)| name)
 }
 
-/// `signer`: the metric label ([`signer_label`]), not the CSR's signer name.
+/// `signer`: the metric label ([`signer_label`]), not the CSR's signer name; `generation`: the
+/// policy set's that made the decision. Nothing is written if that set is no longer in force:
+/// the CSR is decided again with the new one.
+#[allow(clippy::too_many_arguments)]
 async fn record(
     csr: &CertificateSigningRequest,
     name: &str,
@@ -442,8 +448,24 @@ async fn record(
     requester: &str,
     node: Option<&str>,
     decision: Decision,
+    generation: u64,
     ctx: &Ctx,
 ) -> Result<Action, Error> {
+    let Some(_in_force) = ctx.policies.hold(generation).await else {
+        tracing::debug!(
+            csr = name,
+            policy = %decision.policy,
+            "the policy set changed while deciding; deciding again"
+        );
+        ctx.metrics.left_alone("policy_changed");
+        if decision.verdict == Verdict::Approve
+            && let Some(node) = node
+        {
+            // A name reserved for this approval is freed; the new set reserves it again.
+            ctx.reservations.release(node, name).await;
+        }
+        return Ok(Action::requeue(Duration::from_millis(50)));
+    };
     let failed: Vec<&str> = decision.failures().map(|r| r.code).collect();
     let message = decision.condition_message();
     tracing::info!(

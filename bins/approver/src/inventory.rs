@@ -109,11 +109,15 @@ impl Inventory {
             );
             let mut reported = BTreeSet::new();
             let (store, driver) = reflect(client, &resource, move |store| {
-                let skipped = policies.rebuild(&store.state());
-                let names: Vec<String> = policies
-                    .current()
-                    .map(|s| s.policies().iter().map(|p| p.name.clone()).collect())
-                    .unwrap_or_default();
+                let built = policies.build(&store.state());
+                let names = built.names();
+                let skipped = built.skipped.clone();
+                // At once unless a decision is being written; then as soon as it is written
+                // (see policies.rs: no decision of the old set is written after this one).
+                if let Err(built) = policies.try_install(built) {
+                    let policies = policies.clone();
+                    tokio::spawn(async move { policies.install(built).await });
+                }
                 tracing::info!(policies = ?names, "NodeAuthPolicies changed; policy set rebuilt");
                 for (name, reason) in skipped {
                     if !reported.insert((name.clone(), reason.clone())) {

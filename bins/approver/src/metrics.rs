@@ -64,7 +64,8 @@ pub struct Metrics {
     /// `nodeauth_approver_left_alone_total{reason}`: looks at a CSR that wrote nothing, by why:
     /// `no_policy` (no policy covers its signer and requester), `abstained` (its policy
     /// abstained), `held_older_pending` (an older request for the same name goes first),
-    /// `waiting_for_node` (its Node is not known yet). The label is never the signer: anyone
+    /// `waiting_for_node` (its Node is not known yet), `policy_changed` (the policy set was
+    /// replaced while deciding: decided again with the new one). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API

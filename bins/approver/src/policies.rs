@@ -1,8 +1,15 @@
 //! The policies in force: the ones given by flags, then (with `--policy-crd`) the cluster's
 //! NodeAuthPolicy objects in name order. The set is rebuilt whenever a NodeAuthPolicy changes;
 //! each CSR is decided with the set of that moment.
+//!
+//! No decision of an old set is written once a new set is in force: each set has a
+//! generation, a decision is written only while holding the gate's read side and only if its
+//! generation is still the one in force, and a new set is installed under the gate's write
+//! side, so it waits for decisions already being written and no decision of the old set
+//! starts writing after it. A decision whose set was replaced is made again with the new one.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use kube::core::DynamicObject;
@@ -81,27 +88,74 @@ pub fn from_object(object: &DynamicObject) -> Result<Policy, String> {
 /// The policies in force, swapped as a whole when NodeAuthPolicies change.
 pub struct Policies {
     flags: Vec<Policy>,
-    current: RwLock<Option<Arc<PolicySet>>>,
+    current: RwLock<InForce>,
+    /// Held (read) while a decision is written, (write) while a new set is installed.
+    gate: tokio::sync::RwLock<()>,
+    /// The sequence number the next built set gets.
+    next: AtomicU64,
+}
+
+/// A policy set and its generation (see [`Policies::hold`]).
+#[derive(Clone, Default)]
+pub struct InForce {
+    /// `None`: no policy at all, every CSR is left alone.
+    pub set: Option<Arc<PolicySet>>,
+    pub generation: u64,
+}
+
+/// A set built from NodeAuthPolicy objects, to be put in force with [`Policies::install`].
+pub struct Built {
+    set: Option<Arc<PolicySet>>,
+    sequence: u64,
+    /// Objects that are invalid or reuse a name already taken: name and reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl Built {
+    /// The names of the policies this set holds, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.set
+            .iter()
+            .flat_map(|s| s.policies())
+            .map(|p| p.name.clone())
+            .collect()
+    }
 }
 
 impl Policies {
     pub fn new(flags: Vec<Policy>) -> Self {
-        let current = PolicySet::new(flags.clone()).ok().map(Arc::new);
+        let set = PolicySet::new(flags.clone()).ok().map(Arc::new);
         Policies {
             flags,
-            current: RwLock::new(current),
+            current: RwLock::new(InForce { set, generation: 0 }),
+            gate: tokio::sync::RwLock::new(()),
+            next: AtomicU64::new(1),
         }
     }
 
     /// The set in force (`None`: no policy at all, every CSR is left alone).
     pub fn current(&self) -> Option<Arc<PolicySet>> {
-        self.current.read().ok().and_then(|c| c.clone())
+        self.in_force().set
     }
 
-    /// Rebuilds the set from the flag policies and these objects (sorted by name). Objects that
-    /// are invalid, or reuse a name already taken, are skipped; their names and reasons are
-    /// returned for the caller to report.
-    pub fn rebuild(&self, objects: &[Arc<DynamicObject>]) -> Vec<(String, String)> {
+    /// The set in force and its generation.
+    pub fn in_force(&self) -> InForce {
+        self.current.read().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// Waits until no new set is being installed, then: the gate's read side if `generation`
+    /// is still in force (hold it while writing a decision of that generation), else `None`
+    /// (the set changed: decide again).
+    pub async fn hold(&self, generation: u64) -> Option<tokio::sync::RwLockReadGuard<'_, ()>> {
+        let guard = self.gate.read().await;
+        (self.in_force().generation == generation).then_some(guard)
+    }
+
+    /// Builds the set of the flag policies and these objects (sorted by name). Objects that
+    /// are invalid, or reuse a name already taken, are skipped and listed in
+    /// [`Built::skipped`] for the caller to report. Sets are put in force in the order they
+    /// were built, whatever order [`Policies::install`] is called in.
+    pub fn build(&self, objects: &[Arc<DynamicObject>]) -> Built {
         let mut sorted: Vec<&Arc<DynamicObject>> = objects.iter().collect();
         sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut policies = self.flags.clone();
@@ -117,11 +171,41 @@ impl Policies {
                 Err(e) => skipped.push((name, e)),
             }
         }
-        let set = PolicySet::new(policies).ok().map(Arc::new);
-        if let Ok(mut current) = self.current.write() {
-            *current = set;
+        Built {
+            set: PolicySet::new(policies).ok().map(Arc::new),
+            sequence: self.next.fetch_add(1, Ordering::SeqCst),
+            skipped,
         }
-        skipped
+    }
+
+    /// Puts a built set in force at once when no decision is being written (`Ok`), else hands
+    /// it back (`Err`) for [`Policies::install`].
+    pub fn try_install(&self, built: Built) -> Result<(), Built> {
+        match self.gate.try_write() {
+            Ok(_gate) => {
+                self.swap(built);
+                Ok(())
+            }
+            Err(_) => Err(built),
+        }
+    }
+
+    /// Puts a built set in force once the decisions being written are written. A set older
+    /// than the one in force is dropped.
+    pub async fn install(&self, built: Built) {
+        let _gate = self.gate.write().await;
+        self.swap(built);
+    }
+
+    fn swap(&self, built: Built) {
+        if let Ok(mut current) = self.current.write()
+            && built.sequence > current.generation
+        {
+            *current = InForce {
+                set: built.set,
+                generation: built.sequence,
+            };
+        }
     }
 }
 
@@ -146,7 +230,7 @@ mod tests {
             "signers": ["example.com/a"],
             "rules": [{"rule": "cnMatchesUsername"}]
         });
-        let skipped = policies.rebuild(&[
+        let built = policies.build(&[
             object("zz", good.clone()),
             object("aa", good.clone()),
             object(
@@ -155,6 +239,8 @@ mod tests {
             ),
             object("serving", good),
         ]);
+        let skipped = built.skipped.clone();
+        assert!(policies.try_install(built).is_ok());
         let names: Vec<String> = policies
             .current()
             .unwrap()
@@ -165,6 +251,39 @@ mod tests {
         assert_eq!(names, ["serving", "aa", "zz"]);
         let skipped: Vec<&str> = skipped.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(skipped, ["bad", "serving"]);
+    }
+
+    #[tokio::test]
+    async fn a_new_set_waits_for_decisions_being_written_and_old_ones_are_refused() {
+        let policies = Arc::new(Policies::new(load(&[], &["serving".into()]).unwrap()));
+        let old = policies.in_force().generation;
+        let spec = serde_json::json!({
+            "signers": ["example.com/a"],
+            "rules": [{"rule": "cnMatchesUsername"}]
+        });
+        // A decision of the old set is being written: the new set cannot go in at once.
+        let writing = policies.hold(old).await.expect("the old set is in force");
+        let first = policies.build(&[object("aa", spec.clone())]);
+        let second = policies.build(&[object("aa", spec.clone()), object("bb", spec)]);
+        let second = policies
+            .try_install(second)
+            .expect_err("a decision holds the gate");
+        let installer = {
+            let policies = policies.clone();
+            tokio::spawn(async move { policies.install(second).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(policies.in_force().generation, old, "installed mid-write");
+        drop(writing);
+        installer.await.unwrap();
+        let now = policies.in_force();
+        assert_eq!(now.set.unwrap().policies().len(), 3);
+        // The set built first, installed last, does not replace the newer one.
+        policies.install(first).await;
+        assert_eq!(policies.in_force().generation, now.generation);
+        // A decision of the old set is refused; one of the set in force may be written.
+        assert!(policies.hold(old).await.is_none());
+        assert!(policies.hold(now.generation).await.is_some());
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub struct EventPublisher {
     client: kube::Client,
     reporter: Reporter,
     warnings_only: bool,
+    leader: Option<crate::leader::LeaderStatus>,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -58,7 +59,17 @@ impl EventPublisher {
             client,
             reporter,
             warnings_only: false,
+            leader: None,
         }
+    }
+
+    /// Publish only while `leader` leads; otherwise Events are dropped. A leader paused past
+    /// its renew deadline and woken up must not report, after the fact, work it did before
+    /// the pause: a standby has taken over and reports what it does.
+    #[must_use]
+    pub fn while_leading(mut self, leader: crate::leader::LeaderStatus) -> Self {
+        self.leader = Some(leader);
+        self
     }
 
     /// Publish only `Warning` Events; `Normal` ones are dropped (`--events=warnings`).
@@ -135,6 +146,10 @@ impl EventPublisher {
     ) -> Result<(), EventError> {
         let event = build_event(severity, reason, action, note)?;
         if self.warnings_only && severity == Severity::Normal {
+            return Ok(());
+        }
+        if self.leader.as_ref().is_some_and(|l| !l.is_leader()) {
+            tracing::debug!(reason, "not leading (any more): the Event is not published");
             return Ok(());
         }
         let publish_err = |source| EventError::Publish {

@@ -32,7 +32,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -139,18 +139,61 @@ pub enum LeadershipOutcome<T> {
 }
 
 /// A read-only view of whether an elector currently leads. Cheap to clone; clones agree.
-#[derive(Debug, Clone, Default)]
-pub struct LeaderStatus(Arc<AtomicBool>);
+///
+/// Leading ends at the renew deadline of the last successful renewal, judged on the local
+/// monotonic clock at the moment of asking, not when the elector notices: a leader paused
+/// (SIGSTOP, a VM freeze) past its deadline answers `false` the instant it wakes, before its
+/// elector has run again. Check it right before a write that only the leader may make.
+#[derive(Debug, Clone)]
+pub struct LeaderStatus(Arc<StatusInner>);
+
+#[derive(Debug)]
+struct StatusInner {
+    leading: AtomicBool,
+    /// The local clock's zero for `until_nanos`.
+    base: std::time::Instant,
+    /// Leading ends this many nanoseconds after `base` (`u64::MAX`: no deadline).
+    until_nanos: AtomicU64,
+}
+
+impl Default for LeaderStatus {
+    fn default() -> Self {
+        Self(Arc::new(StatusInner {
+            leading: AtomicBool::new(false),
+            base: std::time::Instant::now(),
+            until_nanos: AtomicU64::new(u64::MAX),
+        }))
+    }
+}
 
 impl LeaderStatus {
+    /// Leading (with no deadline) or not.
     pub(crate) fn set(&self, leading: bool) {
-        self.0.store(leading, Ordering::Release);
+        if leading {
+            self.0.until_nanos.store(u64::MAX, Ordering::Release);
+        }
+        self.0.leading.store(leading, Ordering::Release);
     }
 
-    /// Whether this replica currently holds the Lease.
+    /// Leading until `until` (a renewal's start plus the renew deadline).
+    pub(crate) fn lead_until(&self, until: std::time::Instant) {
+        let nanos = until
+            .checked_duration_since(self.0.base)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        self.0.until_nanos.store(nanos, Ordering::Release);
+        self.0.leading.store(true, Ordering::Release);
+    }
+
+    /// Whether this replica holds the Lease now: it was acquired or renewed, not lost, and
+    /// the last renewal's deadline has not passed.
     #[must_use]
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::Acquire)
+        if !self.0.leading.load(Ordering::Acquire) {
+            return false;
+        }
+        let until = self.0.until_nanos.load(Ordering::Acquire);
+        until == u64::MAX
+            || u64::try_from(self.0.base.elapsed().as_nanos()).unwrap_or(u64::MAX) < until
     }
 }
 
@@ -281,18 +324,20 @@ impl LeaderElector {
         Fut: Future,
     {
         self.set_leading(false);
-        if !self.acquire(shutdown).await {
+        let Some(acquired) = self.acquire(shutdown).await else {
             self.release_quietly().await;
             return Ok(LeadershipOutcome::NeverLed);
-        }
+        };
         self.set_leading(true);
+        self.leading
+            .lead_until((acquired + self.config.renew_deadline).into_std());
         tracing::info!(lease = %self.config.lease_name, namespace = %self.config.namespace,
             identity = %self.config.identity, "became leader");
 
         let leadership = shutdown.child_token();
         let ended = {
             let work = work(leadership.clone());
-            let renew = self.keep_renewing();
+            let renew = self.keep_renewing(acquired);
             tokio::pin!(work, renew);
             tokio::select! {
                 out = &mut work => Ok(out),
@@ -320,27 +365,37 @@ impl LeaderElector {
         }
     }
 
-    /// Tries until leading (`true`) or shutdown (`false`).
-    async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+    /// Tries until leading (`Some`: when the successful attempt started) or shutdown (`None`).
+    async fn acquire(&mut self, shutdown: &CancellationToken) -> Option<Instant> {
         let mut last_holder: Option<String> = None;
         loop {
             if shutdown.is_cancelled() {
-                return false;
+                return None;
             }
+            let started = Instant::now();
+            // A standby's attempt gets one retry period: one that hangs (a connection a
+            // middlebox dropped) is abandoned and retried at once on a fresh connection, so
+            // a standby sees the Lease within a retry period of the API becoming reachable.
             let attempt = tokio::select! {
-                () = shutdown.cancelled() => return false,
-                r = timeout(self.config.renew_deadline, self.try_acquire_or_renew()) => r,
+                () = shutdown.cancelled() => return None,
+                r = timeout(self.config.retry_period, self.try_acquire_or_renew()) => r,
             };
+            let mut wait = jittered(self.config.retry_period);
             match attempt {
                 Ok(Ok(Attempt::Leading)) => {
                     self.mark_known();
-                    return true;
+                    return Some(started);
                 }
                 Ok(Ok(Attempt::HeldBy(holder))) => {
                     self.mark_known();
                     if last_holder.as_ref() != Some(&holder) {
                         tracing::info!(lease = %self.config.lease_name, %holder, "lease held by another replica; standing by");
                         last_holder = Some(holder);
+                    }
+                    // Try again the moment the Lease would expire if it is not renewed,
+                    // rather than up to a retry period after.
+                    if let Some(expiry) = self.observed_expiry() {
+                        wait = wait.min(expiry.saturating_duration_since(Instant::now()));
                     }
                 }
                 Ok(Ok(Attempt::Conflict)) => {
@@ -352,18 +407,22 @@ impl LeaderElector {
                 }
                 Err(_) => {
                     tracing::warn!(lease = %self.config.lease_name, "lease request timed out; retrying");
+                    // The attempt already took a retry period.
+                    wait = Duration::ZERO;
                 }
             }
             tokio::select! {
-                () = shutdown.cancelled() => return false,
-                () = sleep(jittered(self.config.retry_period)) => {}
+                () = shutdown.cancelled() => return None,
+                () = sleep(wait) => {}
             }
         }
     }
 
-    /// Renews every retry period; returns only when leadership is lost.
-    async fn keep_renewing(&mut self) -> LossReason {
-        let mut last_renewed = Instant::now();
+    /// Renews every retry period; returns only when leadership is lost. `acquired`: when the
+    /// attempt that won the Lease started (the renew deadline counts from there, not from
+    /// this future's first poll, which a paused process may reach late).
+    async fn keep_renewing(&mut self, acquired: Instant) -> LossReason {
+        let mut last_renewed = acquired;
         loop {
             let deadline = last_renewed + self.config.renew_deadline;
             sleep_until((Instant::now() + self.config.retry_period).min(deadline)).await;
@@ -372,7 +431,11 @@ impl LeaderElector {
                 return LossReason::RenewDeadlineExceeded(self.config.renew_deadline);
             }
             match timeout(deadline - started, self.try_acquire_or_renew()).await {
-                Ok(Ok(Attempt::Leading)) => last_renewed = started,
+                Ok(Ok(Attempt::Leading)) => {
+                    last_renewed = started;
+                    self.leading
+                        .lead_until((started + self.config.renew_deadline).into_std());
+                }
                 Ok(Ok(Attempt::HeldBy(holder))) => return LossReason::TakenBy(holder),
                 Ok(Ok(Attempt::Conflict)) => {
                     tracing::debug!(lease = %self.config.lease_name, "conflict renewing the lease; retrying");
@@ -422,7 +485,7 @@ impl LeaderElector {
         let held_by_me = holder == Some(identity.as_str());
         if let Some(holder) = holder
             && !held_by_me
-            && !self.observed_expired(&old)
+            && !self.observed_expired()
         {
             return Ok(Attempt::HeldBy(holder.to_owned()));
         }
@@ -463,14 +526,22 @@ impl LeaderElector {
         }
     }
 
-    fn observed_expired(&self, spec: &LeaseSpec) -> bool {
-        let duration = spec
+    /// When the Lease last observed expires unless it changes (its duration after it was
+    /// observed, on the local clock).
+    fn observed_expiry(&self) -> Option<Instant> {
+        let o = self.observed.as_ref()?;
+        let duration = o
+            .spec
             .lease_duration_seconds
             .and_then(|s| u64::try_from(s).ok())
             .map_or(self.config.lease_duration, Duration::from_secs);
-        self.observed
-            .as_ref()
-            .is_none_or(|o| o.at + duration <= Instant::now())
+        Some(o.at + duration)
+    }
+
+    /// Whether the Lease observed (just now, as `observe` was called with it) has expired.
+    fn observed_expired(&self) -> bool {
+        self.observed_expiry()
+            .is_none_or(|expiry| expiry <= Instant::now())
     }
 
     /// Gives the Lease up if this replica holds it, so a standby can take over at once.
@@ -536,6 +607,25 @@ fn jittered(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leading_ends_at_the_renew_deadline_without_the_elector_noticing() {
+        let status = LeaderStatus::default();
+        assert!(!status.is_leader());
+        status.set(true);
+        assert!(status.is_leader(), "no deadline without leader election");
+        let now = std::time::Instant::now();
+        status.lead_until(now + Duration::from_secs(60));
+        assert!(status.is_leader());
+        // A renewal whose deadline passed (the process was paused past it): not leading,
+        // though nothing called set(false).
+        status.lead_until(now - Duration::from_millis(1));
+        assert!(!status.is_leader());
+        assert!(!status.clone().is_leader(), "clones agree");
+        status.lead_until(now + Duration::from_secs(60));
+        status.set(false);
+        assert!(!status.is_leader());
+    }
 
     fn config() -> LeaderElectionConfig {
         LeaderElectionConfig {

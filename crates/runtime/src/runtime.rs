@@ -133,7 +133,8 @@ impl ControllerRuntime {
         self.leader_elect.then_some(&self.election)
     }
 
-    /// A publisher of Events reporting as `nodeauth-<name>` from this replica.
+    /// A publisher of Events reporting as `nodeauth-<name>` from this replica, only while it
+    /// leads (see [`EventPublisher::while_leading`]).
     #[must_use]
     pub fn events(&self) -> EventPublisher {
         EventPublisher::new(
@@ -142,6 +143,7 @@ impl ControllerRuntime {
             &self.election.identity,
         )
         .warnings_only(self.events == crate::args::EventsMode::Warnings)
+        .while_leading(self.leader_status.clone())
     }
 
     /// Whether this replica leads right now. Always `true` with `--leader-elect=false` once

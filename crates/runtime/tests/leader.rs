@@ -381,6 +381,69 @@ pub async fn a_partitioned_leader_stops_before_its_lease_expires(
     );
 }
 
+/// A leader frozen past its renew deadline (a SIGSTOP, a VM pause: here its runtime's only
+/// thread blocked) is no longer leading the moment anyone asks, before its elector has run
+/// again: whatever it does on waking, a check of its status right before a write says no.
+pub async fn a_frozen_leader_is_not_leading_past_its_renew_deadline(client: kube::Client) {
+    let lease = unique_name("lease");
+    let (status_tx, status_rx) = std::sync::mpsc::channel();
+    let frozen = Arc::new(AtomicBool::new(false));
+    let thread = std::thread::spawn({
+        let frozen = frozen.clone();
+        move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let mut elector = LeaderElector::new(client, config(&lease, "frozen")).unwrap();
+                status_tx.send(elector.status()).unwrap();
+                elector
+                    .run(&CancellationToken::new(), |_token| async move {
+                        // Freeze this runtime: nothing on it (the elector included) runs.
+                        frozen.store(true, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_secs(4));
+                        frozen.store(false, Ordering::SeqCst);
+                        std::future::pending::<()>().await;
+                    })
+                    .await
+            })
+        }
+    });
+    let status = tokio::task::spawn_blocking(move || status_rx.recv().unwrap())
+        .await
+        .unwrap();
+    wait_for("the freeze", Duration::from_secs(10), || {
+        frozen.load(Ordering::SeqCst)
+    })
+    .await;
+    let froze_at = Instant::now();
+    assert!(status.is_leader(), "leading when frozen");
+    wait_for(
+        "leadership to end on the clock",
+        Duration::from_secs(3),
+        || !status.is_leader(),
+    )
+    .await;
+    assert!(
+        frozen.load(Ordering::SeqCst),
+        "the status turned while the elector was still frozen"
+    );
+    assert!(
+        froze_at.elapsed() <= Duration::from_secs(2) + Duration::from_millis(500),
+        "not leading within the renew deadline (2 s) of the last renewal"
+    );
+    // On waking, the elector finds its deadline passed and gives the work up.
+    let result = tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        matches!(result, Err(LeaderElectionError::LeadershipLost { .. })),
+        "{result:?}"
+    );
+    assert!(!status.is_leader());
+}
+
 /// The composed runtime: with leader election on, the controller runs only once the Lease is
 /// held, readiness waits for the election's first answer, and shutdown releases the Lease.
 pub async fn the_runtime_runs_the_controller_under_the_lease(client: kube::Client) {
@@ -439,6 +502,11 @@ async fn controller_runtime_with_leader_election() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_electors_one_leader_and_fast_hand_over() {
     exactly_one_leads_and_hands_over_on_shutdown(admin_client().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_leader_stops_leading_on_the_clock() {
+    a_frozen_leader_is_not_leading_past_its_renew_deadline(admin_client().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
