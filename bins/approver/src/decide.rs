@@ -36,6 +36,8 @@ pub struct Ctx {
     pub nodes: Store<Node>,
     pub csr_store: Store<CertificateSigningRequest>,
     pub policies: Arc<crate::policies::Policies>,
+    /// Whether this replica leads now (checked right before each write).
+    pub leader: nodeauth_runtime::LeaderStatus,
     pub machines: Vec<(
         nodeauth_policy::MachineKind,
         Store<kube::core::DynamicObject>,
@@ -210,6 +212,10 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         && policy.rules.contains(&Rule::NodeMustNotExist)
         && let Some(node) = facts.node_name()
     {
+        if !ctx.leader.is_leader() {
+            ctx.metrics.left_alone("not_leading");
+            return Ok(Action::await_change());
+        }
         let uid = csr.metadata.uid.as_deref().unwrap_or("");
         let reserved = ctx
             .reservations
@@ -451,21 +457,24 @@ async fn record(
     generation: u64,
     ctx: &Ctx,
 ) -> Result<Action, Error> {
-    let Some(_in_force) = ctx.policies.hold(generation).await else {
+    let Some(in_force) = ctx.policies.hold(generation).await else {
+        // A name this approval reserved stays reserved to this CSR: the new set's decision
+        // reserves it again (`Held`) or, if it denies, the reservation runs out. Releasing it
+        // here could free the name of a CSR whose approval another look already wrote.
         tracing::debug!(
             csr = name,
             policy = %decision.policy,
             "the policy set changed while deciding; deciding again"
         );
         ctx.metrics.left_alone("policy_changed");
-        if decision.verdict == Verdict::Approve
-            && let Some(node) = node
-        {
-            // A name reserved for this approval is freed; the new set reserves it again.
-            ctx.reservations.release(node, name).await;
-        }
         return Ok(Action::requeue(Duration::from_millis(50)));
     };
+    // A leader paused past its renew deadline writes nothing on waking (its work is being
+    // cancelled; the replica that took over decides).
+    if !ctx.leader.is_leader() {
+        ctx.metrics.left_alone("not_leading");
+        return Ok(Action::await_change());
+    }
     let failed: Vec<&str> = decision.failures().map(|r| r.code).collect();
     let message = decision.condition_message();
     tracing::info!(
@@ -481,9 +490,25 @@ async fn record(
     );
     if ctx.dry_run {
         annotate(csr, name, &decision, ctx).await?;
+        drop(in_force);
     } else if decision.verdict != Verdict::Abstain {
-        write_decision(csr, name, &decision, &message, ctx).await?;
+        let written = write_decision(csr, name, &decision, &message, ctx).await?;
+        // The gate is held only while the decision is written, not for its Event.
+        drop(in_force);
+        if written {
+            let published = if decision.verdict == Verdict::Approve {
+                ctx.events
+                    .normal(csr, "Approved", "Approve", &message)
+                    .await
+            } else {
+                ctx.events.warning(csr, "Denied", "Deny", &message).await
+            };
+            if let Err(e) = published {
+                tracing::warn!(csr = name, error = %e, "publishing the decision Event");
+            }
+        }
     } else {
+        drop(in_force);
         ctx.metrics.left_alone("abstained");
     }
     ctx.metrics
@@ -511,18 +536,19 @@ async fn record(
 
 /// Appends the Approved or Denied condition through the approval subresource, to the CSR as it
 /// was read: if anyone wrote the CSR since, nothing is written ([`Error::Conflict`]); the next
-/// look sees their change.
+/// look sees their change. `Ok(true)`: written; `Ok(false)`: nothing to write, or the CSR is
+/// gone.
 async fn write_decision(
     csr: &CertificateSigningRequest,
     name: &str,
     decision: &Decision,
     message: &str,
     ctx: &Ctx,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let type_ = match decision.verdict {
         Verdict::Approve => ConditionType::Approved,
         Verdict::Deny => ConditionType::Denied,
-        Verdict::Abstain => return Ok(()),
+        Verdict::Abstain => return Ok(false),
     };
     let written = append_condition(&ctx.csrs, csr, type_, decision.condition_reason(), message)
         .await
@@ -547,18 +573,10 @@ async fn write_decision(
             {
                 ctx.reservations.release(node, name).await;
             }
-            return Ok(());
+            return Ok(false);
         }
     }
-    let published = if decision.verdict == Verdict::Approve {
-        ctx.events.normal(csr, "Approved", "Approve", message).await
-    } else {
-        ctx.events.warning(csr, "Denied", "Deny", message).await
-    };
-    if let Err(e) = published {
-        tracing::warn!(csr = name, error = %e, "publishing the decision Event");
-    }
-    Ok(())
+    Ok(true)
 }
 
 async fn annotate(

@@ -202,8 +202,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(pins) = &attestation.pins {
             pins.set_machines(inventory.machines.clone());
         }
+        // A new policy set may cover CSRs the old one left alone: every CSR is looked at again
+        // (decided ones return at once).
+        let policy_changes = futures::stream::unfold(policies.changes(), |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        });
         let controller = Controller::new(csrs.clone(), watcher::Config::default())
-            .with_config(cli.runtime.controller_config());
+            .with_config(cli.runtime.controller_config())
+            .reconcile_all_on(policy_changes);
         let mut registry = nodeauth_csr::SignerRegistry::builtin();
         registry.forbid_organizations(cli.forbidden_groups.iter().cloned());
         let ctx = Arc::new(decide::Ctx {
@@ -214,6 +221,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             csr_store: controller.store(),
             machines: inventory.machines.clone(),
             policies,
+            leader: leader.clone(),
             dry_run: cli.dry_run,
             node_wait: cli.node_wait,
             attestation,

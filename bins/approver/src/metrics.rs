@@ -65,7 +65,8 @@ pub struct Metrics {
     /// `no_policy` (no policy covers its signer and requester), `abstained` (its policy
     /// abstained), `held_older_pending` (an older request for the same name goes first),
     /// `waiting_for_node` (its Node is not known yet), `policy_changed` (the policy set was
-    /// replaced while deciding: decided again with the new one). The label is never the signer: anyone
+    /// replaced while deciding: decided again with the new one), `not_leading` (the lease ran
+    /// out while deciding: the replica that took over decides). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API

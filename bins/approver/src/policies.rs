@@ -89,6 +89,8 @@ pub fn from_object(object: &DynamicObject) -> Result<Policy, String> {
 pub struct Policies {
     flags: Vec<Policy>,
     current: RwLock<InForce>,
+    /// The generation in force, for whoever must look again at what the old set left alone.
+    changed: tokio::sync::watch::Sender<u64>,
     /// Held (read) while a decision is written, (write) while a new set is installed.
     gate: tokio::sync::RwLock<()>,
     /// The sequence number the next built set gets.
@@ -128,6 +130,7 @@ impl Policies {
         Policies {
             flags,
             current: RwLock::new(InForce { set, generation: 0 }),
+            changed: tokio::sync::watch::Sender::new(0),
             gate: tokio::sync::RwLock::new(()),
             next: AtomicU64::new(1),
         }
@@ -136,6 +139,11 @@ impl Policies {
     /// The set in force (`None`: no policy at all, every CSR is left alone).
     pub fn current(&self) -> Option<Arc<PolicySet>> {
         self.in_force().set
+    }
+
+    /// Changes each time a different set is put in force (its generation).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The set in force and its generation.
@@ -191,21 +199,26 @@ impl Policies {
     }
 
     /// Puts a built set in force once the decisions being written are written. A set older
-    /// than the one in force is dropped.
+    /// than the one in force, or the same as it, is dropped.
     pub async fn install(&self, built: Built) {
         let _gate = self.gate.write().await;
         self.swap(built);
     }
 
+    /// Puts `built` in force if it is newer than the set in force and differs from it (a
+    /// relist rebuilds the same set: decisions in flight are not made again for that).
     fn swap(&self, built: Built) {
-        if let Ok(mut current) = self.current.write()
-            && built.sequence > current.generation
-        {
-            *current = InForce {
-                set: built.set,
-                generation: built.sequence,
-            };
+        let Ok(mut current) = self.current.write() else {
+            return;
+        };
+        if built.sequence <= current.generation || built.set == current.set {
+            return;
         }
+        *current = InForce {
+            set: built.set,
+            generation: built.sequence,
+        };
+        self.changed.send_replace(built.sequence);
     }
 }
 
@@ -280,6 +293,13 @@ mod tests {
         assert_eq!(now.set.unwrap().policies().len(), 3);
         // The set built first, installed last, does not replace the newer one.
         policies.install(first).await;
+        assert_eq!(policies.in_force().generation, now.generation);
+        // The same set again (a relist) changes nothing.
+        let again = policies.build(&[
+            object("aa", serde_json::json!({"signers": ["example.com/a"], "rules": [{"rule": "cnMatchesUsername"}]})),
+            object("bb", serde_json::json!({"signers": ["example.com/a"], "rules": [{"rule": "cnMatchesUsername"}]})),
+        ]);
+        assert!(policies.try_install(again).is_ok());
         assert_eq!(policies.in_force().generation, now.generation);
         // A decision of the old set is refused; one of the set in force may be written.
         assert!(policies.hold(old).await.is_none());

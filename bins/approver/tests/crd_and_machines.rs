@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::*;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_testenv::unique_name;
 
 fn resource(group: &str, kind: &str, plural: &str, version: &str) -> ApiResource {
@@ -115,6 +116,66 @@ async fn served_policies_and_machine_inventory() {
 
     // The unusable policy there at the start was skipped and reported on the object too.
     invalid_policy_event(&events, "broken", "nope").await;
+}
+
+/// A CSR no policy covers is left alone; once a NodeAuthPolicy covering it is created, the
+/// approver looks at it again (a new policy set re-queues every CSR) and decides it, though
+/// the CSR itself never changed.
+#[tokio::test]
+async fn a_csr_left_alone_is_decided_once_a_policy_covers_it() {
+    let admin = cp().admin_client().await.unwrap();
+    cp().install_policy_crd().await.unwrap();
+    let approver = start_approver_with(&["--policy-crd".into()], true).await;
+    // A requester only this test uses, so only this test's policy covers it.
+    let node = unique_name("late");
+    let client = node_client(&node).await;
+    let left_alone = || approver.metric("nodeauth_approver_left_alone_total", &["no_policy"]);
+    let before = left_alone();
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_serving(&node)
+        .dns_name(&node)
+        .build(&key)
+        .unwrap();
+    let csr = create_csr(&client, SERVING_SIGNER, SERVING_USAGES, pem).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while left_alone() <= before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the approver never looked at the CSR no policy covers"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The new policy approves it: its common name is its requester's.
+    let policy = unique_name("late-policy");
+    put_policy(
+        &policy,
+        serde_json::json!({
+            "signers": [SERVING_SIGNER],
+            "requesters": {"usernames": [format!("system:node:{node}")]},
+            "rules": [
+                {"rule": "cnMatchesUsername"},
+                {"rule": "sansFromTrustedSources", "nodeName": true},
+            ],
+        }),
+    )
+    .await;
+    let csrs: Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> = Api::all(admin);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let d = loop {
+        let d = decisions(&csrs.get(&csr).await.unwrap());
+        if !d.is_empty() {
+            break d;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "CSR {csr} not decided within 30 s of the policy that covers it:\n{}",
+            approver.process.log_tail(6000)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0].0, "Approved", "{d:?}");
+    assert!(d[0].2.contains(&policy), "decided by the new policy: {d:?}");
 }
 
 /// Waits (10 s) for an InvalidPolicy Event about the NodeAuthPolicy `policy` naming `rule`.

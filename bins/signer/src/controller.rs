@@ -59,6 +59,8 @@ pub struct Ctx {
     pub reconciles: ReconcileMetrics,
     pub events: EventPublisher,
     pub failures: nodeauth_runtime::PerObjectBackoff,
+    /// Whether this replica leads now (checked right before each write).
+    pub leader: nodeauth_runtime::LeaderStatus,
 }
 
 /// Checks CA files, publishes bundles and updates expiry gauges, until stopped.
@@ -173,6 +175,10 @@ pub async fn reconcile(
     }
     let now = jiff::Timestamp::now();
     match gc::plan(&facts(&csr), thresholds, now) {
+        GcDecision::Delete(_) if !ctx.leader.is_leader() => {
+            timer.success();
+            Ok(Action::await_change())
+        }
         GcDecision::Delete(class) => {
             let name = csr.name_any();
             match delete_unchanged(&ctx.csrs, &*csr).await {
@@ -227,6 +233,12 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
             ])
             .inc();
     };
+    // A leader paused past its renew deadline writes nothing on waking: the replica that
+    // took over signs (its work is being cancelled).
+    if !ctx.leader.is_leader() {
+        tracing::debug!(csr = %name, "not leading (any more): not writing");
+        return Ok(Action::await_change());
+    }
     // The object as read: its resourceVersion makes the write fail if anything changed since.
     let written = match &result {
         Ok(cert) => write_certificate(&ctx.csrs, csr, cert.pem.as_bytes()).await,

@@ -159,6 +159,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Duration::from_millis(250),
             Duration::from_secs(60),
         ),
+        leader: rt.leader_status(),
     });
     let (interval, bundle_ns) = (cli.ca_check_interval, cli.bundle_namespace.clone());
     rt.run(move |stop: CancellationToken| async move {

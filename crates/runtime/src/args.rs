@@ -144,7 +144,8 @@ pub struct ControllerArgs {
     )]
     pub leader_elect_renew_deadline: Duration,
 
-    /// How often the leader renews and standbys try to acquire the Lease.
+    /// How often the leader renews and standbys try to acquire the Lease. A standby's attempt
+    /// that gets no answer within it is retried at once on a new connection.
     #[arg(
         long,
         env = "NODEAUTH_LEADER_ELECT_RETRY_PERIOD",

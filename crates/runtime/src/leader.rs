@@ -150,8 +150,9 @@ pub struct LeaderStatus(Arc<StatusInner>);
 #[derive(Debug)]
 struct StatusInner {
     leading: AtomicBool,
-    /// The local clock's zero for `until_nanos`.
-    base: std::time::Instant,
+    /// The local clock's zero for `until_nanos` (tokio's clock, the elector's: the same as
+    /// the monotonic clock outside tests that pause time).
+    base: Instant,
     /// Leading ends this many nanoseconds after `base` (`u64::MAX`: no deadline).
     until_nanos: AtomicU64,
 }
@@ -160,7 +161,7 @@ impl Default for LeaderStatus {
     fn default() -> Self {
         Self(Arc::new(StatusInner {
             leading: AtomicBool::new(false),
-            base: std::time::Instant::now(),
+            base: Instant::now(),
             until_nanos: AtomicU64::new(u64::MAX),
         }))
     }
@@ -176,7 +177,7 @@ impl LeaderStatus {
     }
 
     /// Leading until `until` (a renewal's start plus the renew deadline).
-    pub(crate) fn lead_until(&self, until: std::time::Instant) {
+    pub(crate) fn lead_until(&self, until: Instant) {
         let nanos = until
             .checked_duration_since(self.0.base)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
@@ -330,7 +331,7 @@ impl LeaderElector {
         };
         self.set_leading(true);
         self.leading
-            .lead_until((acquired + self.config.renew_deadline).into_std());
+            .lead_until(acquired + self.config.renew_deadline);
         tracing::info!(lease = %self.config.lease_name, namespace = %self.config.namespace,
             identity = %self.config.identity, "became leader");
 
@@ -376,6 +377,8 @@ impl LeaderElector {
             // A standby's attempt gets one retry period: one that hangs (a connection a
             // middlebox dropped) is abandoned and retried at once on a fresh connection, so
             // a standby sees the Lease within a retry period of the API becoming reachable.
+            // The price: an API server that takes longer than a retry period to answer a GET
+            // and a PUT keeps standbys out (raise --leader-elect-retry-period for one).
             let attempt = tokio::select! {
                 () = shutdown.cancelled() => return None,
                 r = timeout(self.config.retry_period, self.try_acquire_or_renew()) => r,
@@ -434,7 +437,7 @@ impl LeaderElector {
                 Ok(Ok(Attempt::Leading)) => {
                     last_renewed = started;
                     self.leading
-                        .lead_until((started + self.config.renew_deadline).into_std());
+                        .lead_until(started + self.config.renew_deadline);
                 }
                 Ok(Ok(Attempt::HeldBy(holder))) => return LossReason::TakenBy(holder),
                 Ok(Ok(Attempt::Conflict)) => {
@@ -614,7 +617,7 @@ mod tests {
         assert!(!status.is_leader());
         status.set(true);
         assert!(status.is_leader(), "no deadline without leader election");
-        let now = std::time::Instant::now();
+        let now = Instant::now();
         status.lead_until(now + Duration::from_secs(60));
         assert!(status.is_leader());
         // A renewal whose deadline passed (the process was paused past it): not leading,
