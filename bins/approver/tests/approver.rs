@@ -135,20 +135,12 @@ async fn a_csr_for_a_signer_no_policy_covers_is_left_alone() {
     let approver = approver().await;
     // Observable state, not a log line of a process other tests share: the approver counts
     // the CSRs it leaves alone, by reason (only this test makes CSRs no policy covers).
-    let left_alone = || approver.metric("nodeauth_approver_left_alone_total", &["no_policy"]);
-    let before = left_alone();
+    let before = approver.left_alone("no_policy");
     let admin = cp().admin_client().await.unwrap();
     let key = CsrSigningKey::generate_p256().unwrap();
     let pem = CsrBuilder::kubelet_client("someone").build(&key).unwrap();
     let foreign = create_csr(&admin, "example.com/not-ours", CLIENT_USAGES, pem).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while left_alone() <= before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the approver never looked at the CSR no policy covers"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    approver.wait_left_alone("no_policy", before).await;
     let api: Api<CertificateSigningRequest> = Api::all(admin);
     let csr = api.get(&foreign).await.unwrap();
     assert!(decisions(&csr).is_empty(), "{:?}", decisions(&csr));

@@ -129,22 +129,14 @@ async fn a_csr_left_alone_is_decided_once_a_policy_covers_it() {
     // A requester only this test uses, so only this test's policy covers it.
     let node = unique_name("late");
     let client = node_client(&node).await;
-    let left_alone = || approver.metric("nodeauth_approver_left_alone_total", &["no_policy"]);
-    let before = left_alone();
+    let before = approver.left_alone("no_policy");
     let key = CsrSigningKey::generate_p256().unwrap();
     let pem = CsrBuilder::kubelet_serving(&node)
         .dns_name(&node)
         .build(&key)
         .unwrap();
     let csr = create_csr(&client, SERVING_SIGNER, SERVING_USAGES, pem).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while left_alone() <= before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the approver never looked at the CSR no policy covers"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    approver.wait_left_alone("no_policy", before).await;
     // The new policy approves it: its common name is its requester's.
     let policy = unique_name("late-policy");
     put_policy(

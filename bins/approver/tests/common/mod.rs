@@ -45,6 +45,24 @@ impl Approver {
             .sum()
     }
 
+    /// Waits (30 s) until the approver has left one more CSR alone for `reason` than `before`
+    /// (`nodeauth_approver_left_alone_total`): it looked at the CSR and wrote nothing.
+    pub async fn wait_left_alone(&self, reason: &str, before: f64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.left_alone(reason) <= before {
+            assert!(
+                Instant::now() < deadline,
+                "the approver never left a CSR alone for {reason}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `nodeauth_approver_left_alone_total{reason}`.
+    pub fn left_alone(&self, reason: &str) -> f64 {
+        self.metric("nodeauth_approver_left_alone_total", &[reason])
+    }
+
     pub fn is_ready(&self) -> bool {
         matches!(
             manifests::http_get(self.health_port, "/readyz"),
