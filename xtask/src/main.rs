@@ -192,9 +192,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// The workspace root (xtask lives one level below it).
+/// The workspace root (xtask lives one level below it). `cargo run` sets CARGO_MANIFEST_DIR for
+/// the running process too; that one wins over the path compiled in, because a target dir shared
+/// by two checkouts (CI's clone and a developer's) can hand this checkout a binary built in the
+/// other, whose sources are older than it.
 pub(crate) fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
