@@ -180,6 +180,27 @@ pub struct Cli {
     )]
     pub forbidden_groups: Vec<String>,
 
+    /// Management-cluster mode (Cluster API): serve every workload cluster that a
+    /// `clusters.cluster.x-k8s.io` object describes and that opts in with the annotation
+    /// `nodeauth.io/kubelet-authentication: "true"` (and names the attestation providers it
+    /// accepts in `nodeauth.io/authorized-attestors`). The workload cluster is reached with the
+    /// kubeconfig in the Secret `<cluster>-kubeconfig` (key `value`) beside the Cluster; its
+    /// CSRs are decided there, with machine rules reading only the Machines labelled
+    /// `cluster.x-k8s.io/cluster-name=<cluster>` in the Cluster's namespace. --kubeconfig (or the
+    /// in-cluster config) is the management cluster. Not with --policy-crd, --machines or the
+    /// tpm attestation provider (yet).
+    #[arg(long, env = "NODEAUTH_WORKLOAD_CLUSTERS")]
+    pub workload_clusters: bool,
+
+    /// With --workload-clusters: serve only the Clusters in this namespace (default: all).
+    #[arg(
+        long,
+        env = "NODEAUTH_WORKLOAD_CLUSTER_NAMESPACE",
+        requires = "workload_clusters",
+        value_name = "NAMESPACE"
+    )]
+    pub workload_cluster_namespace: Option<String>,
+
     #[command(flatten)]
     pub runtime: ControllerArgs,
 }

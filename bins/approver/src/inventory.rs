@@ -42,9 +42,19 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
 fn reflect(
     client: &kube::Client,
     resource: &ApiResource,
+    scope: Option<&ClusterScope>,
     mut on_change: impl FnMut(&Store<DynamicObject>) + Send + 'static,
 ) -> (Store<DynamicObject>, Driver) {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), resource);
+    let (api, config) = match scope {
+        None => (
+            Api::<DynamicObject>::all_with(client.clone(), resource),
+            watcher::Config::default(),
+        ),
+        Some(scope) => (
+            Api::namespaced_with(client.clone(), &scope.namespace, resource),
+            watcher::Config::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", scope.cluster)),
+        ),
+    };
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
     let reader = store.clone();
@@ -52,7 +62,7 @@ fn reflect(
     // Every watch event, not just touched objects: the initial list reaches the store only
     // at InitDone, and deletions must rebuild too. The reflector updates the store before
     // yielding the event.
-    let driver = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+    let driver = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .for_each(move |r| {
             match r {
@@ -64,15 +74,31 @@ fn reflect(
     (store, Box::pin(driver))
 }
 
+/// The label Cluster API puts on every Machine of a cluster.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+
+/// The Machines of one workload cluster, as a management cluster holds them: in the Cluster's
+/// namespace, labelled with its name. A Machine anywhere else never vouches for its nodes.
+#[derive(Debug, Clone)]
+pub struct ClusterScope {
+    pub namespace: String,
+    pub cluster: String,
+}
+
 impl Inventory {
+    /// `scope`: only the Machines of one workload cluster (management-cluster mode); `None`:
+    /// every Machine the client can see.
     pub fn start(
         client: &kube::Client,
         machine_kinds: &[String],
+        scope: Option<&ClusterScope>,
         policies: Option<Arc<Policies>>,
         events: EventPublisher,
-        cached_machines: prometheus_client::metrics::family::Family<
-            crate::metrics::ApiLabels,
-            prometheus_client::metrics::gauge::Gauge,
+        cached_machines: Option<
+            prometheus_client::metrics::family::Family<
+                crate::metrics::ApiLabels,
+                prometheus_client::metrics::gauge::Gauge,
+            >,
         >,
     ) -> Self {
         let mut inv = Inventory {
@@ -89,11 +115,14 @@ impl Inventory {
             let (store, driver) = reflect(
                 client,
                 &resource(group, "v1beta1", "Machine", "machines"),
+                scope,
                 move |store| {
-                    let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
-                    cached
-                        .get_or_create(&crate::metrics::ApiLabels { api: group })
-                        .set(count);
+                    if let Some(cached) = &cached {
+                        let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
+                        cached
+                            .get_or_create(&crate::metrics::ApiLabels { api: group })
+                            .set(count);
+                    }
                 },
             );
             inv.machines.push((kind, store.clone()));
@@ -108,7 +137,7 @@ impl Inventory {
                 "nodeauthpolicies",
             );
             let mut reported = BTreeSet::new();
-            let (store, driver) = reflect(client, &resource, move |store| {
+            let (store, driver) = reflect(client, &resource, None, move |store| {
                 let built = policies.build(&store.state());
                 let names = built.names();
                 let skipped = built.skipped.clone();

@@ -22,21 +22,13 @@ mod lookups;
 mod metrics;
 mod policies;
 mod reservations;
+mod serve;
 mod tls;
+mod workloads;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use clap::Parser;
-use futures::StreamExt;
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
-use kube::api::Api;
-use kube::runtime::controller::Controller;
-use kube::runtime::reflector;
-use kube::runtime::{WatchStreamExt, watcher};
 use nodeauth_runtime::{CancellationToken, ControllerRuntime, init_logging};
 
 use cli::{Cli, read_ticket_key};
@@ -47,6 +39,9 @@ const CONTROLLER: &str = "approver";
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
+    if cli.workload_clusters {
+        workloads::check_flags(&cli)?;
+    }
     let flag_policies = policies::load(&cli.policies, &cli.presets)?;
     if flag_policies.is_empty() && !cli.policy_crd {
         return Err(policies::LoadError::Empty.into());
@@ -144,152 +139,60 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )),
         None => None,
     };
-    let leader = rt.leader_status();
+    let common = serve::Common {
+        policies,
+        leader: rt.leader_status(),
+        metrics,
+        reconciles: rt.metrics().reconcile().clone(),
+        controller_config: cli.runtime.controller_config(),
+        forbidden_groups: cli.forbidden_groups.clone(),
+        reservation_namespace: cli.reservation_namespace.clone(),
+        name_reservation_ttl: cli.name_reservation_ttl,
+        service_cidrs,
+        dry_run: cli.dry_run,
+        node_wait: cli.node_wait,
+    };
     let events = rt.events();
-    let reconciles = rt.metrics().reconcile().clone();
     let synced = rt.health().readiness_gate("caches-synced");
+    if cli.workload_clusters {
+        let workloads = workloads::Workloads {
+            management: client,
+            common,
+            namespace: cli.workload_cluster_namespace.clone(),
+            attestation_providers: cli.attestation_providers.clone(),
+            tofu_namespace: cli.tofu_namespace.clone(),
+            apiserver_names: cli.apiserver_names.clone(),
+            metrics: workloads::WorkloadMetrics::register(rt.metrics()),
+            events_in: Arc::new(rt.events_in()),
+        };
+        rt.run(move |stop: CancellationToken| async move {
+            workloads.run(synced, stop).await;
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await?;
+        return Ok(());
+    }
     rt.run(move |stop: CancellationToken| async move {
-        let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
-        let nodes_api: Api<Node> = Api::all(client.clone());
-        let (nodes, node_writer) = reflector::store();
-        let leases: Api<Lease> = Api::namespaced(client.clone(), &cli.reservation_namespace);
-        let (lease_store, lease_writer) = reflector::store();
-        let drive_leases = reflector::reflector(
-            lease_writer,
-            watcher(
-                leases,
-                watcher::Config::default().labels(&format!("{}=true", reservations::LABEL)),
-            ),
-        )
-        .default_backoff()
-        .touched_objects()
-        .for_each(|r| {
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "watching name reservations");
-            }
-            async {}
-        });
-        let reservations = Arc::new(reservations::Reservations::new(
-            &client,
-            &cli.reservation_namespace,
-            lease_store,
-            cli.name_reservation_ttl,
-        ));
-        let registered = reservations.clone();
-        let drive_nodes =
-            reflector::reflector(node_writer, watcher(nodes_api, watcher::Config::default()))
-                .default_backoff()
-                .touched_objects()
-                .for_each(move |r| {
-                    let reservations = registered.clone();
-                    async move {
-                        match r {
-                            // A registered Node releases its name's reservation once it is gone.
-                            Ok(node) => reservations.node_registered(&node.name_any()).await,
-                            Err(e) => tracing::warn!(error = %e, "watching nodes"),
-                        }
-                    }
-                });
-        let (cluster, drive_cluster) =
-            cluster::Cluster::start(&client, service_cidrs, apiserver_names, apiserver_ips);
         let inventory = inventory::Inventory::start(
             &client,
             &cli.machines,
-            cli.policy_crd.then(|| policies.clone()),
+            None,
+            cli.policy_crd.then(|| common.policies.clone()),
             events.clone(),
-            metrics.cached_machines.clone(),
+            Some(common.metrics.cached_machines.clone()),
         );
-        if let Some(pins) = &attestation.pins {
-            pins.set_machines(inventory.machines.clone());
-        }
-        // A new policy set may cover CSRs the old one left alone: every CSR is looked at again
-        // (decided ones return at once).
-        let policy_changes = futures::stream::unfold(policies.changes(), |mut rx| async move {
-            rx.changed().await.ok()?;
-            Some(((), rx))
-        });
-        let controller = Controller::new(csrs.clone(), watcher::Config::default())
-            .with_config(cli.runtime.controller_config())
-            .reconcile_all_on(policy_changes);
-        let mut registry = nodeauth_csr::SignerRegistry::builtin();
-        registry.forbid_organizations(cli.forbidden_groups.iter().cloned());
-        let ctx = Arc::new(decide::Ctx {
-            registry,
-            client: client.clone(),
-            csrs,
-            nodes: nodes.clone(),
-            csr_store: controller.store(),
-            machines: inventory.machines.clone(),
-            policies,
-            leader: leader.clone(),
-            dry_run: cli.dry_run,
-            node_wait: cli.node_wait,
-            attestation,
+        let target = serve::Target {
+            name: String::new(),
+            client,
             events,
-            metrics: metrics.clone(),
-            reconciles,
-            failures: nodeauth_runtime::PerObjectBackoff::new(
-                Duration::from_millis(250),
-                Duration::from_secs(120),
-            ),
-            cluster: cluster.clone(),
-            reservations,
-            common_names: decide::CommonNames::default(),
-        });
-        tokio::spawn(metrics::track_pending(ctx.clone(), stop.clone()));
-        tokio::spawn(
-            ctx.attestation
-                .clone()
-                .sweep_expired(Duration::from_secs(300), stop.clone()),
-        );
-        let caches = inventory.ready();
-        let endpoint_stop = stop.clone();
-        let gate_policies = ctx.policies.clone();
-        let run_controller = async move {
-            // Deciding with an empty Node cache would approve impostors ("no node of that
-            // name"); likewise for Machines and served policies: wait for the first lists.
-            if nodes.wait_until_ready().await.is_err() || !caches.await || !cluster.ready().await {
-                return;
-            }
-            // Challenges only from the leader (it holds them until answered), and only once the
-            // Machine cache that EK pins are read from is synced.
-            if let Some((serving, verifier, limits, metrics)) = endpoint {
-                let addr = serving.addr;
-                let gate = endpoint::policy_gate(gate_policies);
-                tokio::spawn(async move {
-                    if let Err(e) = endpoint::serve(
-                        serving,
-                        verifier,
-                        limits,
-                        gate,
-                        leader,
-                        metrics,
-                        endpoint_stop,
-                    )
-                    .await
-                    {
-                        tracing::error!(%addr, error = %e, "the attestation endpoint failed");
-                    }
-                });
-            }
-            // Ready once the CSR cache listed too.
-            nodeauth_runtime::run_controller(
-                controller,
-                decide::reconcile,
-                decide::error_policy,
-                ctx,
-                Some(synced),
-                stop,
-            )
-            .await;
+            inventory,
+            attestation,
+            apiserver_names,
+            apiserver_ips,
+            synced: Some(synced),
+            endpoint,
         };
-        tokio::select! {
-            () = drive_nodes => tracing::error!("the node watch ended"),
-            () = drive_leases => tracing::error!("the name reservation watch ended"),
-            () = drive_cluster => tracing::error!("the servicecidr watch ended"),
-            () = inventory.run() => tracing::error!("the machine/policy watches ended"),
-            () = run_controller => {}
-        }
+        serve::run(common, target, stop).await;
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;

@@ -146,6 +146,28 @@ impl ControllerRuntime {
         .while_leading(self.leader_status.clone())
     }
 
+    /// [`events`](Self::events) for another cluster: a maker of publishers that write into the
+    /// cluster of the client they are given (a workload cluster served from a management
+    /// cluster), reporting as this controller and replica, only while it leads.
+    ///
+    /// ```no_run
+    /// # async fn f(rt: nodeauth_runtime::ControllerRuntime, workload: kube::Client) {
+    /// let events_in = rt.events_in();
+    /// let publisher = events_in(workload);
+    /// # }
+    /// ```
+    pub fn events_in(&self) -> impl Fn(kube::Client) -> EventPublisher + Send + Sync + 'static {
+        let controller = format!("nodeauth-{}", self.name);
+        let instance = self.election.identity.clone();
+        let warnings_only = self.events == crate::args::EventsMode::Warnings;
+        let leader = self.leader_status.clone();
+        move |client| {
+            EventPublisher::new(client, &controller, &instance)
+                .warnings_only(warnings_only)
+                .while_leading(leader.clone())
+        }
+    }
+
     /// Whether this replica leads right now. Always `true` with `--leader-elect=false` once
     /// [`run`](Self::run) has started the work.
     #[must_use]

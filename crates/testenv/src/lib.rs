@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod capi;
 pub mod certcheck;
 pub mod cluster;
 mod control_plane;

@@ -119,7 +119,11 @@ impl ControlPlane {
     }
 
     /// Applies the CRD files and waits (30 s at most) until each named CRD is Established.
-    async fn install_crds(&self, paths: &[PathBuf], names: &[&str]) -> Result<(), Error> {
+    pub(crate) async fn install_crds(
+        &self,
+        paths: &[PathBuf],
+        names: &[&str],
+    ) -> Result<(), Error> {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         use kube::runtime::wait::{await_condition, conditions};
         let admin = self.admin_client().await?;

@@ -1,0 +1,333 @@
+//! Management-cluster mode (`--workload-clusters`, Cluster API): one approver in the management
+//! control plane decides the CSRs of workload control planes (each its own etcd and
+//! kube-apiserver, with no CSR controller in it), reading each cluster's Machines from the
+//! management cluster. The approver runs as the ServiceAccount of
+//! deploy/approver-management/rbac.yaml, bound to read Secrets only in the test's namespace.
+//!
+//! The tests of this binary share two workload control planes and take turns (one approver at
+//! a time watches their CSRs).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::{CLIENT_SIGNER, CLIENT_USAGES, cp};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+use kube::runtime::wait::await_condition;
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_k8s::csr_state;
+use nodeauth_testenv::capi::{self, Registration};
+use nodeauth_testenv::process::Process;
+use nodeauth_testenv::{ControlPlane, Credential, manifests, unique_name};
+
+/// One test at a time: they share the workload clusters' CSRs.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A bootstrap policy for kubelets' client certificates that trusts the cluster's Machines:
+/// a node that does not exist yet, whose Machine exists, is bootstrap-ready and not linked.
+const POLICY: &str = r"
+name: capi-bootstrap
+signers: [kubernetes.io/kube-apiserver-client-kubelet]
+requesters:
+  usernamePrefixes: ['system:bootstrap:']
+onFailure: deny
+rules:
+  - rule: csrProfile
+  - rule: requesterGroup
+    anyOf: [system:bootstrappers]
+  - rule: nodeMustNotExist
+  - rule: machineMustExist
+  - rule: machineNotLinked
+  - rule: machineBootstrapReady
+";
+
+struct Approver {
+    _process: Process,
+    metrics_port: u16,
+}
+
+impl Approver {
+    fn metric(&self, name: &str) -> f64 {
+        let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split_whitespace().next() == Some(name))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Waits (30 s) until the gauge reads `value`.
+    async fn wait_metric(&self, name: &str, value: f64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.metric(name);
+            if now == value {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{name} is {now}, never {value}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn policy_file() -> PathBuf {
+    let path = cp()
+        .dir()
+        .join(format!("{}.yaml", unique_name("capi-policy")));
+    std::fs::write(&path, POLICY).unwrap();
+    path
+}
+
+/// The management-mode approver for the Clusters of `namespace`, under its shipped RBAC.
+async fn start_approver(namespace: &str) -> Approver {
+    let mgmt = cp();
+    let kubeconfig = mgmt
+        .deploy_rbac("approver-management", "nodeauth-approver-management")
+        .await
+        .expect("deploy RBAC");
+    let binding = std::fs::read_to_string(
+        manifests::deploy_dir().join("approver-management/cluster-namespace-rbac.yaml"),
+    )
+    .unwrap()
+    .replace("NAMESPACE", namespace);
+    let admin = mgmt.admin_client().await.unwrap();
+    manifests::apply_yaml(&admin, &binding).await.unwrap();
+    let metrics_port = manifests::free_port().unwrap();
+    let health_port = manifests::free_port().unwrap();
+    let args = vec![
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--leader-elect-namespace=nodeauth-system".into(),
+        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+        format!("--health-bind-address=127.0.0.1:{health_port}"),
+        "--log-format=json".into(),
+        "--log-level=debug".into(),
+        format!("--policy={}", policy_file().display()),
+        "--workload-clusters".into(),
+        format!("--workload-cluster-namespace={namespace}"),
+    ];
+    let process = mgmt
+        .start_program(
+            &unique_name("approver-mgmt"),
+            Path::new(env!("CARGO_BIN_EXE_approver")),
+            &args,
+        )
+        .expect("approver");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(manifests::http_get(health_port, "/readyz"), Ok((200, _))) {
+        assert!(
+            Instant::now() < deadline,
+            "approver not ready:\n{}",
+            process.log_tail(40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Approver {
+        _process: process,
+        metrics_port,
+    }
+}
+
+async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
+    cp().install_cluster_api_crds().await.unwrap();
+    cp().register_workload(
+        workload,
+        &Registration {
+            namespace,
+            name,
+            annotations: BTreeMap::from([(
+                "nodeauth.io/kubelet-authentication".to_owned(),
+                "true".to_owned(),
+            )]),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// A bootstrap-token client of `workload` (group system:bootstrappers, may create CSRs).
+async fn bootstrap_client(workload: &ControlPlane) -> kube::Client {
+    let admin = workload.admin_client().await.unwrap();
+    let group = "system:bootstrappers:nodeauth-test";
+    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
+        .await
+        .unwrap();
+    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+        .await
+        .unwrap();
+    workload.client(&Credential::Token(token)).await.unwrap()
+}
+
+async fn client_csr(client: &kube::Client, node: &str) -> String {
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(node).build(&key).unwrap();
+    nodeauth_testenv::create_csr(client, CLIENT_SIGNER, CLIENT_USAGES, pem)
+        .await
+        .unwrap()
+}
+
+/// Waits until the CSR in `workload` is decided; returns (type, message) of its decision.
+async fn decided(workload: &ControlPlane, name: &str, secs: u64) -> (String, String) {
+    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await.unwrap());
+    let csr = tokio::time::timeout(
+        Duration::from_secs(secs),
+        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| csr_state(c).is_decided())
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CSR {name} not decided within {secs}s"))
+    .unwrap()
+    .unwrap();
+    let conditions: Vec<_> = csr
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(conditions.len(), 1, "{conditions:?}");
+    conditions.into_iter().next().unwrap()
+}
+
+/// The note of the Event `reason` about CSR `name` in `workload` (10 s at most).
+async fn event_note(workload: &ControlPlane, name: &str, reason: &str) -> String {
+    let events: Api<Event> = Api::namespaced(workload.admin_client().await.unwrap(), "default");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let list = events
+            .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+            .await
+            .unwrap();
+        if let Some(e) = list
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+        {
+            return e.note.unwrap_or_default();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {reason} Event about {name} in the workload cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn machines_of_one_cluster_never_vouch_for_another_clusters_node() {
+    let _turn = TURN.lock().await;
+    let (a_plane, b_plane) = (capi::workload(0).unwrap(), capi::workload(1).unwrap());
+    let namespace = unique_name("fleet");
+    let (a, b) = (unique_name("a"), unique_name("b"));
+    register(a_plane, &namespace, &a).await;
+    register(b_plane, &namespace, &b).await;
+    let node = unique_name("worker");
+    cp().create_capi_machine(&namespace, &a, &unique_name("m"), &node)
+        .await
+        .unwrap();
+    // The same name as a Machine of cluster `a`, but labelled for no cluster this test serves
+    // (another namespace's cluster `b` is a different cluster).
+    let elsewhere = unique_name("elsewhere");
+    let stranger = unique_name("stranger");
+    cp().create_capi_machine(&elsewhere, &b, &unique_name("m"), &stranger)
+        .await
+        .unwrap();
+    let approver = start_approver(&namespace).await;
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters", 2.0)
+        .await;
+
+    // Cluster a: its own Machine vouches for the node.
+    let in_a = client_csr(&bootstrap_client(a_plane).await, &node).await;
+    let (verdict, message) = decided(a_plane, &in_a, 30).await;
+    assert_eq!(verdict, "Approved", "{message}");
+
+    // Cluster b, the same node name: the Machine is a's, so b has none for it.
+    let in_b = client_csr(&bootstrap_client(b_plane).await, &node).await;
+    let (verdict, message) = decided(b_plane, &in_b, 30).await;
+    assert_eq!(verdict, "Denied", "{message}");
+    assert!(message.contains("machine.must_exist"), "{message}");
+    let note = event_note(b_plane, &in_b, "Denied").await;
+    assert!(note.contains("machine.must_exist"), "{note}");
+
+    // Cluster b, a node whose only Machine is labelled `b` but lives in another namespace:
+    // not this Cluster's Machine.
+    let in_b = client_csr(&bootstrap_client(b_plane).await, &stranger).await;
+    let (verdict, message) = decided(b_plane, &in_b, 30).await;
+    assert_eq!(verdict, "Denied", "{message}");
+    assert!(message.contains("machine.must_exist"), "{message}");
+}
+
+#[tokio::test]
+async fn a_cluster_created_at_runtime_is_served_and_a_deleted_one_leaves_no_task() {
+    let _turn = TURN.lock().await;
+    let (a_plane, c_plane) = (capi::workload(0).unwrap(), capi::workload(1).unwrap());
+    let namespace = unique_name("fleet");
+    let a = unique_name("a");
+    register(a_plane, &namespace, &a).await;
+    let approver = start_approver(&namespace).await;
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters", 1.0)
+        .await;
+    approver
+        .wait_metric("nodeauth_approver_workload_tasks", 1.0)
+        .await;
+
+    // A CSR waits in a cluster nobody serves yet; the Cluster appears; the CSR is decided.
+    let c = unique_name("c");
+    let node = unique_name("worker");
+    cp().create_capi_machine(&namespace, &c, &unique_name("m"), &node)
+        .await
+        .unwrap();
+    let csr = client_csr(&bootstrap_client(c_plane).await, &node).await;
+    let registered = Instant::now();
+    register(c_plane, &namespace, &c).await;
+    let (verdict, message) = decided(c_plane, &csr, 30).await;
+    let served_after = registered.elapsed();
+    assert_eq!(verdict, "Approved", "{message}");
+    assert!(
+        served_after < Duration::from_secs(5),
+        "a Cluster created at runtime was served after {served_after:?}"
+    );
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters", 2.0)
+        .await;
+
+    // Deleting the Cluster ends its task and its watches.
+    let clusters: Api<DynamicObject> = Api::namespaced_with(
+        cp().admin_client().await.unwrap(),
+        &namespace,
+        &capi::cluster_resource(),
+    );
+    clusters.delete(&c, &DeleteParams::default()).await.unwrap();
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters", 1.0)
+        .await;
+    approver
+        .wait_metric("nodeauth_approver_workload_tasks", 1.0)
+        .await;
+}
+
+#[tokio::test]
+#[allow(clippy::print_stdout)] // the measurement is the output
+async fn a_workload_control_plane_costs_what_it_costs() {
+    // Not an assertion on speed: the cost is printed for the README (run with --nocapture).
+    let (_, cost) = capi::workload_with_cost(0).unwrap();
+    println!(
+        "workload control plane: ready in {:?}, etcd {} MiB, kube-apiserver {} MiB",
+        cost.elapsed,
+        cost.etcd_rss_kib / 1024,
+        cost.apiserver_rss_kib / 1024
+    );
+    assert!(cost.apiserver_rss_kib > 0 && cost.etcd_rss_kib > 0);
+}
