@@ -74,8 +74,7 @@ fn reflect(
     (store, Box::pin(driver))
 }
 
-/// The label Cluster API puts on every Machine of a cluster.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+use nodeauth_runtime::workloads::CLUSTER_NAME_LABEL;
 
 /// The Machines of one workload cluster, as a management cluster holds them: in the Cluster's
 /// namespace, labelled with its name. A Machine anywhere else never vouches for its nodes.

@@ -156,13 +156,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let synced = rt.health().readiness_gate("caches-synced");
     if cli.workload_clusters {
         let workloads = workloads::Workloads {
-            management: client,
+            clusters: nodeauth_runtime::workloads::WorkloadClusters::new(
+                client,
+                cli.workload_cluster_namespace.clone(),
+                rt.metrics(),
+                "nodeauth_approver",
+            ),
             common,
-            namespace: cli.workload_cluster_namespace.clone(),
             attestation_providers: cli.attestation_providers.clone(),
             tofu_namespace: cli.tofu_namespace.clone(),
             apiserver_names: cli.apiserver_names.clone(),
-            metrics: workloads::WorkloadMetrics::register(rt.metrics()),
             events_in: Arc::new(rt.events_in()),
         };
         rt.run(move |stop: CancellationToken| async move {

@@ -80,6 +80,7 @@ pub mod metrics;
 mod runtime;
 mod server;
 mod shutdown;
+pub mod workloads;
 
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
