@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{CLIENT_SIGNER, CLIENT_USAGES, cp};
+use common::{CLIENT_SIGNER, CLIENT_USAGES, SERVING_SIGNER, cp};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
@@ -28,7 +28,7 @@ use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_k8s::csr_state;
 use nodeauth_testenv::capi::{self, Registration};
 use nodeauth_testenv::process::Process;
-use nodeauth_testenv::{ControlPlane, Credential, manifests, unique_name};
+use nodeauth_testenv::{ControlPlane, Credential, KubeletOptions, manifests, unique_name};
 
 /// One test at a time: they share the workload clusters' CSRs.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -88,15 +88,21 @@ fn policy_file() -> PathBuf {
     path
 }
 
-/// The management-mode approver for the Clusters of `namespace`, under its shipped RBAC.
-async fn start_approver(namespace: &str) -> Approver {
+/// A management-mode controller (`approver` or `signer`) for the Clusters of `namespace`, as
+/// its ServiceAccount of deploy/management/rbac.yaml, bound to read Secrets in `namespace` only.
+async fn start_management(
+    program: &Path,
+    service_account: &str,
+    namespace: &str,
+    extra: &[String],
+) -> Approver {
     let mgmt = cp();
     let kubeconfig = mgmt
-        .deploy_rbac("approver-management", "nodeauth-approver-management")
+        .deploy_rbac("management", service_account)
         .await
         .expect("deploy RBAC");
     let binding = std::fs::read_to_string(
-        manifests::deploy_dir().join("approver-management/cluster-namespace-rbac.yaml"),
+        manifests::deploy_dir().join("management/cluster-namespace-rbac.yaml"),
     )
     .unwrap()
     .replace("NAMESPACE", namespace);
@@ -104,29 +110,26 @@ async fn start_approver(namespace: &str) -> Approver {
     manifests::apply_yaml(&admin, &binding).await.unwrap();
     let metrics_port = manifests::free_port().unwrap();
     let health_port = manifests::free_port().unwrap();
-    let args = vec![
+    let mut args = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect-namespace=nodeauth-system".into(),
+        format!("--leader-elect-lease-name={}", unique_name(service_account)),
         format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
         format!("--health-bind-address=127.0.0.1:{health_port}"),
         "--log-format=json".into(),
         "--log-level=debug".into(),
-        format!("--policy={}", policy_file().display()),
         "--workload-clusters".into(),
         format!("--workload-cluster-namespace={namespace}"),
     ];
+    args.extend_from_slice(extra);
     let process = mgmt
-        .start_program(
-            &unique_name("approver-mgmt"),
-            Path::new(env!("CARGO_BIN_EXE_approver")),
-            &args,
-        )
-        .expect("approver");
+        .start_program(&unique_name(service_account), program, &args)
+        .expect("controller");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !matches!(manifests::http_get(health_port, "/readyz"), Ok((200, _))) {
         assert!(
             Instant::now() < deadline,
-            "approver not ready:\n{}",
+            "{service_account} not ready:\n{}",
             process.log_tail(40)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -135,6 +138,33 @@ async fn start_approver(namespace: &str) -> Approver {
         _process: process,
         metrics_port,
     }
+}
+
+/// The management-mode approver with the Machine-checking bootstrap policy (then `more`).
+async fn start_approver(namespace: &str) -> Approver {
+    start_approver_with(namespace, &[]).await
+}
+
+async fn start_approver_with(namespace: &str, more_policies: &[PathBuf]) -> Approver {
+    let mut extra = vec![format!("--policy={}", policy_file().display())];
+    extra.extend(
+        more_policies
+            .iter()
+            .map(|p| format!("--policy={}", p.display())),
+    );
+    start_management(
+        Path::new(env!("CARGO_BIN_EXE_approver")),
+        "nodeauth-approver-management",
+        namespace,
+        &extra,
+    )
+    .await
+}
+
+/// The management-mode signer (built from bins/signer by the test harness).
+async fn start_signer(namespace: &str) -> Approver {
+    let signer = nodeauth_testenv::nodeauth::workspace_binary("signer").expect("signer binary");
+    start_management(&signer, "nodeauth-signer-management", namespace, &[]).await
 }
 
 async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
@@ -148,6 +178,12 @@ async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
                 "nodeauth.io/kubelet-authentication".to_owned(),
                 "true".to_owned(),
             )]),
+            kubelet_serving_ca: Some(
+                nodeauth_testenv::pki::Ca::new(&format!("{name}-kubelet-serving"))
+                    .unwrap()
+                    .pair()
+                    .clone(),
+            ),
         },
     )
     .await
@@ -330,4 +366,155 @@ async fn a_workload_control_plane_costs_what_it_costs() {
         cost.apiserver_rss_kib / 1024
     );
     assert!(cost.apiserver_rss_kib > 0 && cost.etcd_rss_kib > 0);
+}
+
+/// The issued certificate of the CSR of `signer` that `username` made in `workload`, and the
+/// request (60 s at most).
+async fn issued(workload: &ControlPlane, username: &str, signer: &str) -> (Vec<u8>, Vec<u8>) {
+    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let found = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|c| {
+                c.spec.signer_name == signer
+                    && c.spec.username.as_deref() == Some(username)
+                    && c.status.as_ref().is_some_and(|s| s.certificate.is_some())
+            });
+        if let Some(csr) = found {
+            let cert = csr.status.unwrap().certificate.unwrap().0;
+            return (csr.spec.request.0, cert);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no issued {signer} certificate for {username}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn node_ready(n: Option<&k8s_openapi::api::core::v1::Node>) -> bool {
+    n.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn unmodified_kubelets_join_two_workload_clusters_through_the_management_cluster() {
+    let _turn = TURN.lock().await;
+    let planes = [capi::workload(0).unwrap(), capi::workload(1).unwrap()];
+    let namespace = unique_name("fleet");
+    let names = [unique_name("a"), unique_name("b")];
+    let mut serving_cas = Vec::new();
+    for (plane, name) in planes.iter().zip(&names) {
+        cp().install_cluster_api_crds().await.unwrap();
+        let serving_ca =
+            nodeauth_testenv::pki::Ca::new(&format!("{name}-kubelet-serving")).unwrap();
+        cp().register_workload(
+            plane,
+            &Registration {
+                namespace: &namespace,
+                name,
+                annotations: BTreeMap::from([(
+                    "nodeauth.io/kubelet-authentication".to_owned(),
+                    "true".to_owned(),
+                )]),
+                kubelet_serving_ca: Some(serving_ca.pair().clone()),
+            },
+        )
+        .await
+        .unwrap();
+        serving_cas.push(serving_ca);
+    }
+    // Renewal and serving as documented, after the Machine-checking bootstrap policy.
+    let _approver = start_approver_with(&namespace, &[common::policy_path()]).await;
+    let _signer = start_signer(&namespace).await;
+
+    let mut kubelets = Vec::new();
+    let mut nodes = Vec::new();
+    for (plane, cluster) in planes.iter().zip(&names) {
+        let node = unique_name("kubelet");
+        cp().create_capi_machine(&namespace, cluster, &unique_name("m"), &node)
+            .await
+            .unwrap();
+        let admin = plane.admin_client().await.unwrap();
+        let group = "system:bootstrappers:nodeauth-test";
+        nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
+            .await
+            .unwrap();
+        let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+            .await
+            .unwrap();
+        let bootstrap = plane.kubeconfig("kubelet-bootstrap", &Credential::Token(token));
+        kubelets.push(
+            plane
+                .start_kubelet(&KubeletOptions::bootstrap(&node, bootstrap))
+                .expect("kubelet"),
+        );
+        nodes.push(node);
+    }
+    for ((plane, node), kubelet) in planes.iter().zip(&nodes).zip(kubelets.iter_mut()) {
+        let api: Api<k8s_openapi::api::core::v1::Node> =
+            Api::all(plane.admin_client().await.unwrap());
+        if tokio::time::timeout(
+            Duration::from_secs(120),
+            await_condition(api, node, node_ready),
+        )
+        .await
+        .is_err()
+        {
+            panic!(
+                "node {node} not Ready:\n{}",
+                kubelet.process_mut().log_tail(40)
+            );
+        }
+    }
+    for (i, (plane, node)) in planes.iter().zip(&nodes).enumerate() {
+        let other = 1 - i;
+        let own_ca = plane.pki().cluster_ca.pair().cert_pem.clone();
+        let other_ca = planes[other].pki().cluster_ca.pair().cert_pem.clone();
+        // The client certificate the kubelet bootstrapped with: its own cluster's CA.
+        let api: Api<CertificateSigningRequest> = Api::all(plane.admin_client().await.unwrap());
+        let client = api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|c| {
+                c.spec.signer_name == CLIENT_SIGNER
+                    && c.status.as_ref().is_some_and(|s| s.certificate.is_some())
+                    && nodeauth_testenv::certcheck::request_common_name(&c.spec.request.0)
+                        .is_ok_and(|cn| cn == format!("system:node:{node}"))
+            })
+            .expect("the kubelet's issued client CSR");
+        let cert = client.status.unwrap().certificate.unwrap().0;
+        nodeauth_testenv::certcheck::check_issued(&client.spec.request.0, &cert, &[&own_ca])
+            .unwrap();
+        assert!(
+            nodeauth_testenv::certcheck::check_issued(&client.spec.request.0, &cert, &[&other_ca])
+                .is_err(),
+            "cluster {i}'s kubelet certificate chains to the other cluster's CA"
+        );
+        // The serving certificate: that cluster's kubelet serving CA.
+        let (request, cert) = issued(plane, &format!("system:node:{node}"), SERVING_SIGNER).await;
+        nodeauth_testenv::certcheck::check_issued(
+            &request,
+            &cert,
+            &[&serving_cas[i].pair().cert_pem],
+        )
+        .unwrap();
+        assert!(
+            nodeauth_testenv::certcheck::check_issued(
+                &request,
+                &cert,
+                &[&serving_cas[other].pair().cert_pem]
+            )
+            .is_err()
+        );
+    }
 }

@@ -83,6 +83,8 @@ pub struct Slot {
     policy: IssuePolicy,
     client_trusted: Arc<ClientTrusted>,
     loaded: Mutex<Loaded>,
+    /// Loaded from PEM given once (a workload cluster's CA Secret), never from files.
+    fixed: Option<Arc<Signer>>,
 }
 
 /// The CA certificates clients trust for kube-apiserver (the signer's own kubeconfig, the
@@ -161,26 +163,46 @@ fn load(
     );
     let cert = std::fs::read(&spec.cert).map_err(|e| format!("{}: {e}", spec.cert.display()))?;
     let key = std::fs::read(&spec.key).map_err(|e| format!("{}: {e}", spec.key.display()))?;
-    if profile.allows_server_auth()
-        && let Some(source) = client_trusted.trusted_as(&cert)
-    {
-        return Err(format!(
-            "signer {}: refusing to sign serving certificates with the CA in {}: clients trust that CA for kube-apiserver (it is in {source}), so any certificate it signed for server auth would pass TLS verification as kube-apiserver (kubernetes.default.svc) for every pod and kubeconfig; give this signer a CA of its own",
-            spec.name,
-            spec.cert.display()
-        ));
-    }
-    let ca = CertificateAuthority::from_pem(&cert, &key)
-        .map_err(|e| format!("signer {}: {e}", spec.name))?;
+    let signer = build(
+        &spec.name,
+        &spec.cert.display().to_string(),
+        &cert,
+        &key,
+        profile,
+        policy,
+        client_trusted,
+    )?;
     Ok(Loaded {
-        signer: Arc::new(Signer {
-            name: spec.name.clone(),
-            profile: profile.clone(),
-            ca,
-            policy: policy.clone(),
-        }),
+        signer,
         stamps: before,
     })
+}
+
+/// A signer from its CA's PEM; `source` says where the CA came from, in errors.
+fn build(
+    name: &str,
+    source: &str,
+    cert: &[u8],
+    key: &[u8],
+    profile: &SignerProfile,
+    policy: &IssuePolicy,
+    client_trusted: &ClientTrusted,
+) -> Result<Arc<Signer>, String> {
+    if profile.allows_server_auth()
+        && let Some(trusted_in) = client_trusted.trusted_as(cert)
+    {
+        return Err(format!(
+            "signer {name}: refusing to sign serving certificates with the CA in {source}: clients trust that CA for kube-apiserver (it is in {trusted_in}), so any certificate it signed for server auth would pass TLS verification as kube-apiserver (kubernetes.default.svc) for every pod and kubeconfig; give this signer a CA of its own",
+        ));
+    }
+    let ca =
+        CertificateAuthority::from_pem(cert, key).map_err(|e| format!("signer {name}: {e}"))?;
+    Ok(Arc::new(Signer {
+        name: name.to_owned(),
+        profile: profile.clone(),
+        ca,
+        policy: policy.clone(),
+    }))
 }
 
 impl Slot {
@@ -203,11 +225,51 @@ impl Slot {
             policy,
             client_trusted,
             loaded: Mutex::new(loaded),
+            fixed: None,
+        })
+    }
+
+    /// A built-in signer name whose CA is given as PEM (`source` names where it came from);
+    /// it never reloads: serve a new CA with a new slot.
+    pub fn from_pem(
+        name: &str,
+        source: &str,
+        cert: &[u8],
+        key: &[u8],
+        policy: IssuePolicy,
+        forbidden_groups: &[String],
+        client_trusted: Arc<ClientTrusted>,
+    ) -> Result<Self, String> {
+        let spec = SignerSpec {
+            name: name.to_owned(),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            profile: None,
+        };
+        let mut profile = profile_for(&spec)?;
+        profile
+            .forbidden_organizations
+            .extend(forbidden_groups.iter().cloned());
+        let signer = build(name, source, cert, key, &profile, &policy, &client_trusted)?;
+        let never = (0, 0, 0, 0, 0);
+        Ok(Self {
+            spec,
+            profile,
+            policy,
+            client_trusted,
+            loaded: Mutex::new(Loaded {
+                signer: signer.clone(),
+                stamps: (never, never),
+            }),
+            fixed: Some(signer),
         })
     }
 
     /// The current signer, after reloading the CA files if they changed.
     pub fn current(&self) -> (Arc<Signer>, Refresh) {
+        if let Some(signer) = &self.fixed {
+            return (signer.clone(), Refresh::Unchanged);
+        }
         let mut guard = match self.loaded.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),

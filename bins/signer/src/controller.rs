@@ -41,6 +41,7 @@ pub enum Error {
 
 pub type Labels = Vec<(String, String)>;
 
+#[derive(Clone)]
 pub struct SignerMetrics {
     pub issued: Family<Labels, Counter>,
     pub failures: Family<Labels, Counter>,

@@ -18,6 +18,7 @@
 mod cas;
 mod cli;
 mod controller;
+mod workloads;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,8 +42,8 @@ use controller::{CONTROLLER, Ctx, SignerMetrics, ca_loop, error_policy, reconcil
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
-    if cli.mode != Mode::GcOnly && cli.signers.is_empty() {
-        return Err("no --signer given (or use --mode=gc-only)".into());
+    if cli.mode != Mode::GcOnly && cli.signers.is_empty() && !cli.workload_clusters {
+        return Err("no --signer given (or use --mode=gc-only or --workload-clusters)".into());
     }
     let policy = IssuePolicy {
         max_duration: cli.max_duration,
@@ -147,6 +148,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             cli.gc_scope,
         )
     });
+    if cli.workload_clusters {
+        let shared = Arc::new(workloads::Shared {
+            policy,
+            forbidden_groups: cli.forbidden_groups.clone(),
+            sign: cli.mode != Mode::GcOnly,
+            gc,
+            metrics,
+            reconciles,
+            events_in: Arc::new(rt.events_in()),
+            leader: rt.leader_status(),
+            controller_config: cli.runtime.controller_config(),
+            ca_check_interval: cli.ca_check_interval,
+            bundle_namespace: cli.bundle_namespace.clone(),
+        });
+        let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
+            client,
+            cli.workload_cluster_namespace.clone(),
+            rt.metrics(),
+            "nodeauth_signer",
+        );
+        rt.run(move |stop: CancellationToken| async move {
+            clusters
+                .run(
+                    move |workload, stop| shared.clone().serve(workload, stop),
+                    synced,
+                    stop,
+                )
+                .await;
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await?;
+        return Ok(());
+    }
     let ctx = Arc::new(Ctx {
         csrs: Api::all(client.clone()),
         slots,

@@ -495,8 +495,15 @@ async fn connect(
     ))
 }
 
-/// Resolves once the Secret `name` is changed from `version` or deleted.
-async fn secret_changed(secrets: &Api<Secret>, name: &str, version: &str) {
+/// Resolves once the Secret `name` is changed from the resourceVersion `version` or deleted;
+/// with `version` empty (the Secret did not exist), once it is created.
+///
+/// ```no_run
+/// # async fn f(secrets: kube::Api<k8s_openapi::api::core::v1::Secret>) {
+/// nodeauth_runtime::workloads::secret_changed(&secrets, "c1-ca", "4711").await;
+/// # }
+/// ```
+pub async fn secret_changed(secrets: &Api<Secret>, name: &str, version: &str) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut events = std::pin::pin!(watcher(secrets.clone(), config).default_backoff());
     while let Some(event) = events.next().await {

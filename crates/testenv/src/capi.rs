@@ -14,6 +14,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 
+use crate::pki::CertPair;
 use crate::process::Lifetime;
 use crate::{ControlPlane, Error, Options};
 
@@ -118,6 +119,8 @@ pub struct Registration<'a> {
     pub name: &'a str,
     /// The Cluster's annotations (the opt-in, say).
     pub annotations: BTreeMap<String, String>,
+    /// A CA for the kubelets' serving certificates, kept as `<name>-kubelet-serving-ca`.
+    pub kubelet_serving_ca: Option<CertPair>,
 }
 
 impl ControlPlane {
@@ -143,20 +146,26 @@ impl ControlPlane {
         ensure_namespace(&admin, reg.namespace).await?;
         let secrets: Api<Secret> = Api::namespaced(admin.clone(), reg.namespace);
         let kubeconfig = workload.kubeconfig("nodeauth-admin", &workload.admin_credential());
-        let ca = workload.pki().cluster_ca.pair();
-        for (name, data) in [
+        let ca_data = |ca: &CertPair| {
+            BTreeMap::from([
+                ("tls.crt".to_owned(), ca.cert_pem.clone().into_bytes()),
+                ("tls.key".to_owned(), ca.key_pem.clone().into_bytes()),
+            ])
+        };
+        let mut secrets_data = vec![
             (
                 format!("{}-kubeconfig", reg.name),
                 BTreeMap::from([("value".to_owned(), kubeconfig.into_bytes())]),
             ),
             (
                 format!("{}-ca", reg.name),
-                BTreeMap::from([
-                    ("tls.crt".to_owned(), ca.cert_pem.clone().into_bytes()),
-                    ("tls.key".to_owned(), ca.key_pem.clone().into_bytes()),
-                ]),
+                ca_data(workload.pki().cluster_ca.pair()),
             ),
-        ] {
+        ];
+        if let Some(serving) = &reg.kubelet_serving_ca {
+            secrets_data.push((format!("{}-kubelet-serving-ca", reg.name), ca_data(serving)));
+        }
+        for (name, data) in secrets_data {
             let secret = Secret {
                 metadata: ObjectMeta {
                     name: Some(name.clone()),
