@@ -52,11 +52,21 @@ rules:
 ";
 
 struct Approver {
-    _process: Process,
+    process: Process,
     metrics_port: u16,
 }
 
 impl Approver {
+    /// Sends the process a signal (`STOP`, `CONT`).
+    fn signal(&self, signal: &str) {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.process.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal}");
+    }
+
     fn metric(&self, name: &str) -> f64 {
         let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
         body.lines()
@@ -135,7 +145,7 @@ async fn start_management(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Approver {
-        _process: process,
+        process,
         metrics_port,
     }
 }
@@ -516,5 +526,59 @@ async fn unmodified_kubelets_join_two_workload_clusters_through_the_management_c
             )
             .is_err()
         );
+    }
+}
+
+#[tokio::test]
+async fn a_killed_workload_apiserver_delays_no_other_cluster_and_its_csrs_are_decided_on_return() {
+    let _turn = TURN.lock().await;
+    let (a_plane, b_plane) = (capi::workload(0).unwrap(), capi::workload(1).unwrap());
+    let namespace = unique_name("fleet");
+    let (a, b) = (unique_name("a"), unique_name("b"));
+    register(a_plane, &namespace, &a).await;
+    register(b_plane, &namespace, &b).await;
+    let approver = start_approver(&namespace).await;
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters", 2.0)
+        .await;
+    let (a_client, b_client) = (
+        bootstrap_client(a_plane).await,
+        bootstrap_client(b_plane).await,
+    );
+
+    // Mid-join: b's nodes have asked, and its apiserver dies before any is decided (the
+    // approver, serving b, is paused meanwhile, briefly: well within its lease).
+    let mut b_nodes = Vec::new();
+    for _ in 0..10 {
+        let node = unique_name("b-worker");
+        cp().create_capi_machine(&namespace, &b, &unique_name("m"), &node)
+            .await
+            .unwrap();
+        b_nodes.push(node);
+    }
+    approver.signal("STOP");
+    let mut b_csrs = Vec::new();
+    for node in &b_nodes {
+        b_csrs.push(client_csr(&b_client, node).await);
+    }
+    b_plane.kill_apiserver().unwrap();
+    approver.signal("CONT");
+
+    // a's joins finish as usual while b is down (the approver retries b on its own).
+    for _ in 0..10 {
+        let node = unique_name("a-worker");
+        cp().create_capi_machine(&namespace, &a, &unique_name("m"), &node)
+            .await
+            .unwrap();
+        let csr = client_csr(&a_client, &node).await;
+        let (verdict, message) = decided(a_plane, &csr, 30).await;
+        assert_eq!(verdict, "Approved", "{message}");
+    }
+
+    // b comes back: every one of its CSRs is decided, once.
+    b_plane.restart_apiserver().unwrap();
+    for csr in &b_csrs {
+        let (verdict, message) = decided(b_plane, csr, 120).await;
+        assert_eq!(verdict, "Approved", "{message}");
     }
 }
