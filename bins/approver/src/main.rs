@@ -141,7 +141,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let common = serve::Common {
         policies,
-        leader: rt.leader_status(),
         metrics,
         reconciles: rt.metrics().reconcile().clone(),
         controller_config: cli.runtime.controller_config(),
@@ -153,15 +152,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         node_wait: cli.node_wait,
     };
     let events = rt.events();
+    let leader = rt.leader_status();
     let synced = rt.health().readiness_gate("caches-synced");
     if cli.workload_clusters {
+        let mut rt = rt;
+        // Each workload cluster has its own Lease: the replicas share the clusters.
+        let per_cluster = rt.per_unit_election();
         let workloads = workloads::Workloads {
-            clusters: nodeauth_runtime::workloads::WorkloadClusters::new(
-                client,
-                cli.workload_cluster_namespace.clone(),
-                rt.metrics(),
-                "nodeauth_approver",
-            ),
+            clusters: {
+                let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
+                    client,
+                    cli.workload_cluster_namespace.clone(),
+                    rt.metrics(),
+                    "nodeauth_approver",
+                    leader,
+                );
+                match per_cluster {
+                    Some(election) => clusters.with_leases(election),
+                    None => clusters,
+                }
+            },
             common,
             attestation_providers: cli.attestation_providers.clone(),
             tofu_namespace: cli.tofu_namespace.clone(),
@@ -186,6 +196,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let target = serve::Target {
             name: String::new(),
+            leader,
             client,
             events,
             inventory,

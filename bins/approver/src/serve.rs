@@ -24,12 +24,10 @@ use crate::lookups::Attestation;
 use crate::policies::Policies;
 use crate::{decide, endpoint, inventory, metrics, reservations};
 
-/// What every served cluster shares: the policies, the leader status, the metrics and the
-/// operator's settings.
+/// What every served cluster shares: the policies, the metrics and the operator's settings.
 #[derive(Clone)]
 pub struct Common {
     pub policies: Arc<Policies>,
-    pub leader: LeaderStatus,
     pub metrics: metrics::Metrics,
     pub reconciles: ReconcileMetrics,
     pub controller_config: kube::runtime::controller::Config,
@@ -46,6 +44,8 @@ pub struct Common {
 pub struct Target {
     /// The cluster's name in logs (empty for the cluster the approver runs in).
     pub name: String,
+    /// Whether this replica may write for this cluster now (checked right before each write).
+    pub leader: LeaderStatus,
     pub client: kube::Client,
     pub events: EventPublisher,
     pub inventory: inventory::Inventory,
@@ -71,6 +71,7 @@ pub type Endpoint = (
 pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     let Target {
         name: cluster_name,
+        leader,
         client,
         events,
         inventory,
@@ -149,7 +150,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         csr_store: controller.store(),
         machines: inventory.machines.clone(),
         policies: common.policies.clone(),
-        leader: common.leader.clone(),
+        leader: leader.clone(),
         dry_run: common.dry_run,
         node_wait: common.node_wait,
         attestation,
@@ -176,7 +177,6 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     let caches = inventory.ready();
     let endpoint_stop = stop.clone();
     let gate_policies = ctx.policies.clone();
-    let leader = common.leader.clone();
     let controller_stop = stop.clone();
     let run_controller = async move {
         // Deciding with an empty Node cache would approve impostors ("no node of that

@@ -144,7 +144,8 @@ impl Shared {
             &self.tofu_namespace,
         )
         .map_err(|e| WorkloadError::new("attestation_setup", e.to_string()))?;
-        let events = (self.events_in)(workload.client.clone());
+        let events =
+            (self.events_in)(workload.client.clone()).while_leading(workload.leader.clone());
         let inventory = Inventory::start(
             &workload.management,
             &["capi".to_owned()],
@@ -158,6 +159,7 @@ impl Shared {
         );
         let target = serve::Target {
             name: workload.key(),
+            leader: workload.leader.clone(),
             client: workload.client,
             events,
             inventory,

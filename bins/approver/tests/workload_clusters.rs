@@ -123,7 +123,6 @@ async fn start_management(
     let mut args = vec![
         format!("--kubeconfig={}", kubeconfig.display()),
         "--leader-elect-namespace=nodeauth-system".into(),
-        format!("--leader-elect-lease-name={}", unique_name(service_account)),
         format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
         format!("--health-bind-address=127.0.0.1:{health_port}"),
         "--log-format=json".into(),
@@ -131,6 +130,15 @@ async fn start_management(
         "--workload-clusters".into(),
         format!("--workload-cluster-namespace={namespace}"),
     ];
+    if !extra
+        .iter()
+        .any(|a| a.starts_with("--leader-elect-lease-name="))
+    {
+        args.push(format!(
+            "--leader-elect-lease-name={}",
+            unique_name(service_account)
+        ));
+    }
     args.extend_from_slice(extra);
     let process = mgmt
         .start_program(&unique_name(service_account), program, &args)
@@ -156,7 +164,16 @@ async fn start_approver(namespace: &str) -> Approver {
 }
 
 async fn start_approver_with(namespace: &str, more_policies: &[PathBuf]) -> Approver {
+    start_approver_args(namespace, more_policies, &[]).await
+}
+
+async fn start_approver_args(
+    namespace: &str,
+    more_policies: &[PathBuf],
+    more_args: &[String],
+) -> Approver {
     let mut extra = vec![format!("--policy={}", policy_file().display())];
+    extra.extend_from_slice(more_args);
     extra.extend(
         more_policies
             .iter()
@@ -581,4 +598,88 @@ async fn a_killed_workload_apiserver_delays_no_other_cluster_and_its_csrs_are_de
         let (verdict, message) = decided(b_plane, csr, 120).await;
         assert_eq!(verdict, "Approved", "{message}");
     }
+}
+
+#[tokio::test]
+async fn two_replicas_share_three_clusters_and_one_takes_over_when_the_other_dies() {
+    let _turn = TURN.lock().await;
+    let planes = [
+        capi::workload(0).unwrap(),
+        capi::workload(1).unwrap(),
+        capi::workload(2).unwrap(),
+    ];
+    let namespace = unique_name("fleet");
+    let names = [unique_name("a"), unique_name("b"), unique_name("c")];
+    for (plane, name) in planes.iter().zip(&names) {
+        register(plane, &namespace, name).await;
+    }
+    // Per-cluster Leases with short durations, shared by both replicas.
+    let lease_args = [
+        format!("--leader-elect-lease-name={}", unique_name("shard")),
+        "--leader-elect-lease-duration=6s".to_owned(),
+        "--leader-elect-renew-deadline=4s".to_owned(),
+        "--leader-elect-retry-period=1s".to_owned(),
+    ];
+    let first = start_approver_args(&namespace, &[], &lease_args).await;
+    first
+        .wait_metric("nodeauth_approver_workload_clusters_led", 3.0)
+        .await;
+    // A second replica: the first hands it one cluster (shares of 2 and 1).
+    let second = start_approver_args(&namespace, &[], &lease_args).await;
+    second
+        .wait_metric("nodeauth_approver_workload_replicas", 2.0)
+        .await;
+    first
+        .wait_metric("nodeauth_approver_workload_clusters_led", 2.0)
+        .await;
+    second
+        .wait_metric("nodeauth_approver_workload_clusters_led", 1.0)
+        .await;
+
+    // CSRs in every cluster: each decided once, whoever serves its cluster.
+    let mut clients = Vec::new();
+    for plane in &planes {
+        clients.push(bootstrap_client(plane).await);
+    }
+    let join = |round: &'static str| {
+        let (namespace, names, clients) = (&namespace, &names, &clients);
+        async move {
+            let mut csrs = Vec::new();
+            for (i, cluster) in names.iter().enumerate() {
+                for _ in 0..3 {
+                    let node = unique_name(round);
+                    cp().create_capi_machine(namespace, cluster, &unique_name("m"), &node)
+                        .await
+                        .unwrap();
+                    csrs.push((i, client_csr(&clients[i], &node).await));
+                }
+            }
+            csrs
+        }
+    };
+    for (i, csr) in join("before").await {
+        let (verdict, message) = decided(planes[i], &csr, 30).await;
+        assert_eq!(verdict, "Approved", "{message}");
+    }
+
+    // The replica with two clusters dies (no hand-over): the survivor takes them when their
+    // Leases expire, and CSRs made meanwhile are decided once.
+    let during = join("during");
+    first.signal("KILL");
+    let killed = Instant::now();
+    let during = during.await;
+    second
+        .wait_metric("nodeauth_approver_workload_clusters_led", 3.0)
+        .await;
+    let took_over = killed.elapsed();
+    for (i, csr) in during.into_iter().chain(join("after").await) {
+        let (verdict, message) = decided(planes[i], &csr, 60).await;
+        assert_eq!(verdict, "Approved", "{message}");
+    }
+    // Within the lease duration (6 s) and the time to see it expire (5 s of slack on a
+    // loaded 2-core machine).
+    assert!(
+        took_over < Duration::from_secs(11),
+        "the survivor took the clusters over after {took_over:?}"
+    );
 }

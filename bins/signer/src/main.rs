@@ -157,17 +157,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             metrics,
             reconciles,
             events_in: Arc::new(rt.events_in()),
-            leader: rt.leader_status(),
             controller_config: cli.runtime.controller_config(),
             ca_check_interval: cli.ca_check_interval,
             bundle_namespace: cli.bundle_namespace.clone(),
         });
+        let mut rt = rt;
+        // Each workload cluster has its own Lease: the replicas share the clusters.
+        let per_cluster = rt.per_unit_election();
         let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
             client,
             cli.workload_cluster_namespace.clone(),
             rt.metrics(),
             "nodeauth_signer",
+            rt.leader_status(),
         );
+        let clusters = match per_cluster {
+            Some(election) => clusters.with_leases(election),
+            None => clusters,
+        };
         rt.run(move |stop: CancellationToken| async move {
             clusters
                 .run(

@@ -38,7 +38,6 @@ pub struct Shared {
     pub metrics: SignerMetrics,
     pub reconciles: ReconcileMetrics,
     pub events_in: Arc<dyn Fn(kube::Client) -> EventPublisher + Send + Sync>,
-    pub leader: nodeauth_runtime::LeaderStatus,
     pub controller_config: kube::runtime::controller::Config,
     pub ca_check_interval: Duration,
     pub bundle_namespace: String,
@@ -151,12 +150,13 @@ impl Shared {
             gc: self.gc,
             metrics: self.metrics.clone(),
             reconciles: self.reconciles.clone(),
-            events: (self.events_in)(workload.client.clone()),
+            events: (self.events_in)(workload.client.clone())
+                .while_leading(workload.leader.clone()),
             failures: nodeauth_runtime::PerObjectBackoff::new(
                 Duration::from_millis(250),
                 Duration::from_secs(60),
             ),
-            leader: self.leader.clone(),
+            leader: workload.leader.clone(),
         });
         let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
             .with_config(self.controller_config.clone());

@@ -168,6 +168,24 @@ impl ControllerRuntime {
         }
     }
 
+    /// For controllers that elect per unit of work (management-cluster mode: a Lease per
+    /// workload cluster, see [`crate::workloads`]): the leader-election settings, and from now
+    /// on [`run`](Self::run) starts the work at once, without the process-wide Lease. `None`
+    /// with `--leader-elect=false` (the work is then never fenced by a Lease).
+    ///
+    /// ```no_run
+    /// # fn f(mut rt: nodeauth_runtime::ControllerRuntime) {
+    /// let per_cluster = rt.per_unit_election();
+    /// # }
+    /// ```
+    pub fn per_unit_election(&mut self) -> Option<LeaderElectionConfig> {
+        if !self.leader_elect {
+            return None;
+        }
+        self.leader_elect = false;
+        Some(self.election.clone())
+    }
+
     /// Whether this replica leads right now. Always `true` with `--leader-elect=false` once
     /// [`run`](Self::run) has started the work.
     #[must_use]

@@ -58,7 +58,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
 
+use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 use crate::{Metrics, ReadinessGate};
+
+mod shares;
+pub use shares::REPLICA_OF_LABEL;
+use shares::{Shares, run_membership, stable_hash};
 
 /// The opt-in annotation on a Cluster (value `"true"`).
 pub const OPT_IN: &str = "nodeauth.io/kubelet-authentication";
@@ -104,6 +109,9 @@ pub struct Workload {
     pub config: kube::Config,
     /// The management cluster, for what is kept there about this cluster.
     pub management: kube::Client,
+    /// Whether this replica may write for this cluster now: check it right before each write
+    /// (with per-cluster Leases, it is that cluster's Lease).
+    pub leader: LeaderStatus,
 }
 
 impl Workload {
@@ -143,6 +151,16 @@ pub struct WorkloadClusters {
     management: kube::Client,
     namespace: Option<String>,
     metrics: WorkloadMetrics,
+    /// Without per-cluster Leases: the process's own leadership.
+    leader: LeaderStatus,
+    leases: Option<Leases>,
+    shares_gauges: Option<(Gauge, Gauge)>,
+}
+
+/// Per-cluster Leases and the shares of the replicas.
+struct Leases {
+    election: LeaderElectionConfig,
+    shares: Shares,
 }
 
 impl std::fmt::Debug for WorkloadClusters {
@@ -227,11 +245,15 @@ impl WorkloadClusters {
     /// Clusters of `namespace` (all namespaces when `None`), read with `management`; the
     /// metrics are registered as `<prefix>_workload_*`.
     #[must_use]
+    ///
+    /// `leader` fences every write while no per-cluster Leases are used: the process's own
+    /// leadership ([`crate::ControllerRuntime::leader_status`]).
     pub fn new(
         management: kube::Client,
         namespace: Option<String>,
         registry: &Metrics,
         prefix: &str,
+        leader: LeaderStatus,
     ) -> Self {
         let metrics = WorkloadMetrics {
             clusters: Gauge::default(),
@@ -253,11 +275,43 @@ impl WorkloadClusters {
             "Failures to serve a workload cluster, by cluster and reason",
             metrics.errors.clone(),
         );
+        let led = Gauge::default();
+        let replicas = Gauge::default();
+        registry.register(
+            &format!("{prefix}_workload_clusters_led"),
+            "Workload clusters whose Lease this replica holds (with per-cluster Leases)",
+            led.clone(),
+        );
+        registry.register(
+            &format!("{prefix}_workload_replicas"),
+            "Live replicas sharing the workload clusters (with per-cluster Leases)",
+            replicas.clone(),
+        );
         Self {
             management,
             namespace,
             metrics,
+            leader,
+            leases: None,
+            shares_gauges: Some((led, replicas)),
         }
+    }
+
+    /// Shares the clusters with the other replicas: each cluster is served by the holder of
+    /// its own Lease, `<election.lease_name>-<hash of namespace/name>` in `election.namespace`,
+    /// with `election`'s durations and identity (see [`crate::ControllerRuntime::per_unit_election`]).
+    /// A replica that dies has its clusters taken over once their Leases expire; replicas
+    /// aim at `ceil(clusters / replicas)` each, so an added replica gets some.
+    ///
+    /// Needs RBAC on Leases in that namespace: get, list, create, update, patch, delete.
+    #[must_use]
+    pub fn with_leases(mut self, election: LeaderElectionConfig) -> Self {
+        let (led, replicas) = self.shares_gauges.take().unwrap_or_default();
+        self.leases = Some(Leases {
+            election,
+            shares: Shares::new(led, replicas),
+        });
+        self
     }
 
     /// Serves the opted-in workload clusters with `serve` until `stop`. `synced` opens once the
@@ -310,9 +364,26 @@ impl WorkloadClusters {
             }
             shared.metrics.clusters.set(0);
         };
+        let membership = async {
+            match &shared.leases {
+                Some(l) => {
+                    run_membership(
+                        Api::namespaced(shared.management.clone(), &l.election.namespace),
+                        l.election.lease_name.clone(),
+                        l.election.identity.clone(),
+                        l.election.lease_duration,
+                        l.election.retry_period,
+                        &l.shares,
+                        stop.clone(),
+                    )
+                    .await;
+                }
+                None => stop.cancelled().await,
+            }
+        };
         tokio::select! {
             () = drive => tracing::error!("the Cluster watch ended"),
-            () = supervise => {}
+            ((), ()) = async { tokio::join!(supervise, membership) } => {}
         }
     }
 
@@ -364,6 +435,9 @@ impl WorkloadClusters {
         self.metrics
             .clusters
             .set(i64::try_from(running.len()).unwrap_or(i64::MAX));
+        if let Some(l) = &self.leases {
+            l.shares.set_desired(running.len());
+        }
     }
 
     fn error(&self, cluster: &str, reason: &'static str) {
@@ -376,8 +450,8 @@ impl WorkloadClusters {
             .inc();
     }
 
-    /// Serves one workload cluster until `stop`: reads its kubeconfig, serves it, and starts
-    /// over with the new kubeconfig whenever the Secret changes (with backoff after failures).
+    /// Serves one workload cluster until `stop`; with per-cluster Leases, only while holding
+    /// its Lease and within this replica's share.
     async fn serve_cluster(
         self: Arc<Self>,
         namespace: String,
@@ -387,8 +461,84 @@ impl WorkloadClusters {
         stop: CancellationToken,
     ) {
         let _alive = Alive::new(&self.metrics.tasks);
+        let Some(leases) = &self.leases else {
+            self.serve_connected(
+                &namespace,
+                &name,
+                &attestors,
+                &serve,
+                self.leader.clone(),
+                stop,
+            )
+            .await;
+            return;
+        };
         let key = format!("{namespace}/{name}");
-        let secrets: Api<Secret> = Api::namespaced(self.management.clone(), &namespace);
+        let config = LeaderElectionConfig {
+            lease_name: format!("{}-{:016x}", leases.election.lease_name, stable_hash(&key)),
+            ..leases.election.clone()
+        };
+        let mut elector = match LeaderElector::new(self.management.clone(), config) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(cluster = %key, error = %e, "workload cluster Lease");
+                self.error(&key, "lease_config");
+                return;
+            }
+        };
+        let status = elector.status();
+        loop {
+            tokio::select! {
+                () = leases.shares.may_campaign_for(&key) => {}
+                () = stop.cancelled() => return,
+            }
+            let outcome = elector
+                .run(&stop, |lead| {
+                    let status = status.clone();
+                    let key = key.clone();
+                    let (namespace, name, attestors, serve) = (&namespace, &name, &attestors, &serve);
+                    let this = &self;
+                    async move {
+                        leases.shares.hold(&key, true);
+                        tokio::select! {
+                            () = this.serve_connected(namespace, name, attestors, serve, status, lead) => {}
+                            () = leases.shares.release_wanted(&key) => {
+                                tracing::info!(cluster = %key, "handing the workload cluster to another replica (rebalancing)");
+                            }
+                        }
+                        leases.shares.hold(&key, false);
+                    }
+                })
+                .await;
+            match outcome {
+                Ok(LeadershipOutcome::NeverLed) => return,
+                Ok(LeadershipOutcome::Finished(())) if stop.is_cancelled() => return,
+                Ok(LeadershipOutcome::Finished(())) => {}
+                Err(e) => {
+                    tracing::warn!(cluster = %key, error = %e, "workload cluster Lease lost; campaigning again")
+                }
+            }
+            // Give the replica it was handed to (or the new holder) a retry period.
+            tokio::select! {
+                () = tokio::time::sleep(leases.election.retry_period) => {}
+                () = stop.cancelled() => return,
+            }
+        }
+    }
+
+    /// Serves one workload cluster until `stop`: reads its kubeconfig, serves it, and starts
+    /// over with the new kubeconfig whenever the Secret changes (with backoff after failures).
+    async fn serve_connected(
+        &self,
+        namespace: &str,
+        name: &str,
+        attestors: &[String],
+        serve: &Arc<Serve>,
+        leader: LeaderStatus,
+        stop: CancellationToken,
+    ) {
+        let key = format!("{namespace}/{name}");
+        let secrets: Api<Secret> = Api::namespaced(self.management.clone(), namespace);
         let secret_name = format!("{name}-kubeconfig");
         let mut failures: u32 = 0;
         loop {
@@ -412,12 +562,13 @@ impl WorkloadClusters {
                 }
             };
             let workload = Workload {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                attestors: attestors.clone(),
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                attestors: attestors.to_vec(),
                 client,
                 config,
                 management: self.management.clone(),
+                leader: leader.clone(),
             };
             let serving = stop.child_token();
             let outcome = tokio::select! {
