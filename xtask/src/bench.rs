@@ -36,6 +36,11 @@ pub enum BenchCmd {
     /// policy), upstream KCM (defaults, tuned) and a controller-less floor; time to all issued,
     /// p50/p99, controller CPU and peak RSS; writes target/bench-report/storm.md.
     Storm(crate::storm::StormArgs),
+    /// The join storm spread over K workload clusters (Cluster API) served by one management
+    /// deployment (approver and signer, `--workload-clusters`): time to all issued, p99,
+    /// controller CPU, memory and sockets per K, and per added cluster; writes
+    /// target/bench-report/clusters.md.
+    Clusters(crate::clusters::ClustersArgs),
     /// Everything, measured (about 15 minutes on 2 cores): `micro --aws-lc`, `storm`
     /// (N = 100 and 1000), `kubelets` (20), then one Markdown report,
     /// target/bench-report/report.md.
@@ -76,6 +81,7 @@ pub fn run(cmd: BenchCmd) -> Result<ExitCode> {
         BenchCmd::Micro(args) => micro(&args),
         BenchCmd::Kubelets(args) => crate::kubelets::run(&args),
         BenchCmd::Storm(args) => crate::storm::run(&args),
+        BenchCmd::Clusters(args) => crate::clusters::run(&args),
         BenchCmd::All => all(),
     }
 }

@@ -27,6 +27,7 @@ use nodeauth_testenv::{cluster, k8s};
 mod bench;
 mod chaos;
 mod chart;
+mod clusters;
 mod demo;
 mod flakes;
 mod fuzz;
@@ -443,6 +444,8 @@ fn bench_smoke() -> Result<()> {
     kubelets::run(&kubelets::KubeletsArgs::quick(quick.join("kubelets.md")))?;
     println!("==> cargo xtask bench storm --quick");
     storm::run(&storm::StormArgs::quick(quick.join("storm.md")))?;
+    println!("==> cargo xtask bench clusters --quick");
+    clusters::run(&clusters::ClustersArgs::quick(quick.join("clusters.md")))?;
     Ok(())
 }
 

@@ -258,7 +258,7 @@ pub(crate) fn driver_command(
 }
 
 /// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
     let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
@@ -277,7 +277,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// Peak resident set size of `pid`, MiB.
-fn peak_rss_mib(pid: u32) -> f64 {
+pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
