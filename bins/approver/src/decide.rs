@@ -514,6 +514,7 @@ async fn record(
     ctx.metrics
         .decisions
         .get_or_create(&DecisionLabels {
+            cluster: ctx.metrics.cluster.clone(),
             verdict: format!("{:?}", decision.verdict),
             signer: signer.to_owned(),
             policy: decision.policy.clone(),
@@ -525,6 +526,7 @@ async fn record(
             ctx.metrics
                 .rule_failures
                 .get_or_create(&RuleLabels {
+                    cluster: ctx.metrics.cluster.clone(),
                     code: code.to_owned(),
                     signer: signer.to_owned(),
                 })

@@ -20,6 +20,8 @@ pub const OTHER_SIGNER: &str = "other";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
+    /// The workload cluster (`namespace/name`, management-cluster mode); empty otherwise.
+    pub cluster: String,
     pub verdict: String,
     pub signer: String,
     pub policy: String,
@@ -28,6 +30,7 @@ pub struct DecisionLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RuleLabels {
+    pub cluster: String,
     pub code: String,
     pub signer: String,
 }
@@ -39,6 +42,7 @@ pub struct ApiLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
+    pub cluster: String,
     pub reason: &'static str,
 }
 
@@ -72,13 +76,27 @@ pub struct Metrics {
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API
     /// group (what Machine rules and EK pins can see).
     pub cached_machines: Family<ApiLabels, Gauge>,
+    /// The `cluster` label of this view's samples: the workload cluster (`namespace/name`) in
+    /// management-cluster mode, empty for the cluster the approver runs in.
+    pub cluster: String,
 }
 
 impl Metrics {
+    /// The same families, labelling what is counted through the view with `cluster`.
+    pub fn for_cluster(&self, cluster: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            ..self.clone()
+        }
+    }
+
     /// Counts one look at a CSR that wrote nothing (see [`Metrics::left_alone`]).
     pub fn left_alone(&self, reason: &'static str) {
         self.left_alone
-            .get_or_create(&ReasonLabels { reason })
+            .get_or_create(&ReasonLabels {
+                cluster: self.cluster.clone(),
+                reason,
+            })
             .inc();
     }
 
@@ -91,6 +109,7 @@ impl Metrics {
             oldest_pending: Family::default(),
             left_alone: Family::default(),
             cached_machines: Family::default(),
+            cluster: String::new(),
         };
         registry.register(
             "nodeauth_approver_cached_machines",

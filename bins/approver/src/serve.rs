@@ -155,7 +155,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         node_wait: common.node_wait,
         attestation,
         events,
-        metrics: common.metrics.clone(),
+        metrics: common.metrics.for_cluster(&cluster_name),
         reconciles: common.reconciles.clone(),
         failures: nodeauth_runtime::PerObjectBackoff::new(
             Duration::from_millis(250),

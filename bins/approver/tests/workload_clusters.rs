@@ -67,24 +67,33 @@ impl Approver {
         assert!(status.success(), "kill -{signal}");
     }
 
-    fn metric(&self, name: &str) -> f64 {
+    /// The sum of the samples of `name` (with any labels) whose line contains `needle`.
+    fn metric_with(&self, name: &str, needle: &str) -> f64 {
         let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
         body.lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.split_whitespace().next() == Some(name))
+            .filter(|l| !l.starts_with('#') && l.contains(needle))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
             .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
             .sum()
     }
 
     /// Waits (30 s) until the gauge reads `value`.
     async fn wait_metric(&self, name: &str, value: f64) {
+        self.wait_metric_with(name, "", value).await;
+    }
+
+    /// Waits (30 s) until the samples of `name` whose line contains `needle` sum to `value`.
+    async fn wait_metric_with(&self, name: &str, needle: &str, value: f64) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let now = self.metric(name);
+            let now = self.metric_with(name, needle);
             if now == value {
                 return;
             }
-            assert!(Instant::now() < deadline, "{name} is {now}, never {value}");
+            assert!(
+                Instant::now() < deadline,
+                "{name}{{{needle}}} is {now}, never {value}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -329,6 +338,16 @@ async fn machines_of_one_cluster_never_vouch_for_another_clusters_node() {
     let (verdict, message) = decided(b_plane, &in_b, 30).await;
     assert_eq!(verdict, "Denied", "{message}");
     assert!(message.contains("machine.must_exist"), "{message}");
+
+    // The metrics name the cluster of each decision (counted just after the write).
+    let denied_in_b = format!("cluster=\"{namespace}/{b}\",verdict=\"Deny\"");
+    let approved_in_a = format!("cluster=\"{namespace}/{a}\",verdict=\"Approve\"");
+    approver
+        .wait_metric_with("nodeauth_approver_decisions_total", &denied_in_b, 2.0)
+        .await;
+    approver
+        .wait_metric_with("nodeauth_approver_decisions_total", &approved_in_a, 1.0)
+        .await;
 }
 
 #[tokio::test]

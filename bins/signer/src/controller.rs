@@ -49,6 +49,24 @@ pub struct SignerMetrics {
     pub ca_expiry: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub ca_reloads: Family<Labels, Counter>,
     pub gc_deleted: Family<Labels, Counter>,
+    /// The workload cluster (`namespace/name`) in management-cluster mode: every sample counted
+    /// through this view carries it as the `cluster` label.
+    pub cluster: Option<String>,
+}
+
+impl SignerMetrics {
+    /// `pairs`, after the `cluster` label when there is one.
+    pub fn labels(&self, pairs: &[(&str, &str)]) -> Labels {
+        self.cluster
+            .iter()
+            .map(|c| ("cluster".to_owned(), c.clone()))
+            .chain(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+            )
+            .collect()
+    }
 }
 
 pub struct Ctx {
@@ -81,7 +99,7 @@ pub async fn ca_loop(
             #[allow(clippy::cast_precision_loss)]
             ctx.metrics
                 .ca_expiry
-                .get_or_create(&vec![("signer".into(), name.clone())])
+                .get_or_create(&ctx.metrics.labels(&[("signer", name)]))
                 .set(left as f64);
             let bundle = signer.ca.bundle_pem().to_owned();
             if published.get(name) != Some(&bundle) {
@@ -117,10 +135,7 @@ fn note_refresh(ctx: &Ctx, name: &str, refresh: &Refresh) {
     };
     ctx.metrics
         .ca_reloads
-        .get_or_create(&vec![
-            ("signer".into(), name.to_owned()),
-            ("result".into(), result.into()),
-        ])
+        .get_or_create(&ctx.metrics.labels(&[("signer", name), ("result", result)]))
         .inc();
 }
 
@@ -186,7 +201,7 @@ pub async fn reconcile(
                 Ok(Written::Written) => {
                     ctx.metrics
                         .gc_deleted
-                        .get_or_create(&vec![("class".into(), class.as_str().into())])
+                        .get_or_create(&ctx.metrics.labels(&[("class", class.as_str())]))
                         .inc();
                     tracing::info!(csr = %name, class = class.as_str(), "garbage-collected CSR");
                 }
@@ -228,10 +243,10 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
     let fail = |reason: &str| {
         ctx.metrics
             .failures
-            .get_or_create(&vec![
-                ("signer".into(), signer_name.clone()),
-                ("reason".into(), reason.into()),
-            ])
+            .get_or_create(
+                &ctx.metrics
+                    .labels(&[("signer", signer_name.as_str()), ("reason", reason)]),
+            )
             .inc();
     };
     // A leader paused past its renew deadline writes nothing on waking: the replica that
@@ -279,7 +294,7 @@ async fn sign(csr: &CertificateSigningRequest, slot: &Slot, ctx: &Ctx) -> Result
         Ok(cert) => {
             ctx.metrics
                 .issued
-                .get_or_create(&vec![("signer".into(), signer_name.clone())])
+                .get_or_create(&ctx.metrics.labels(&[("signer", signer_name.as_str())]))
                 .inc();
             tracing::info!(
                 target: "audit",

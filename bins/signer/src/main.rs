@@ -104,6 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         ca_expiry: Family::default(),
         ca_reloads: Family::default(),
         gc_deleted: Family::default(),
+        cluster: None,
     };
     let m = rt.metrics();
     m.register(

@@ -148,7 +148,10 @@ impl Shared {
             slots,
             sign: self.sign,
             gc: self.gc,
-            metrics: self.metrics.clone(),
+            metrics: SignerMetrics {
+                cluster: Some(workload.key()),
+                ..self.metrics.clone()
+            },
             reconciles: self.reconciles.clone(),
             events: (self.events_in)(workload.client.clone())
                 .while_leading(workload.leader.clone()),
