@@ -16,6 +16,12 @@ use nodeauth_runtime::ControllerArgs;
 /// RBAC (see deploy/approver/rbac.yaml): get/list/watch CSRs and Nodes, update
 /// certificatesigningrequests/approval, `approve` on certificates.k8s.io/signers for the
 /// configured signer names only, create SubjectAccessReviews (for SAR rules), Leases and Events.
+///
+/// Management-cluster mode (`--workload-clusters`, Cluster API): the approver runs in the
+/// management cluster and decides each opted-in workload cluster's CSRs in that cluster, with
+/// machine rules reading only the Machines labelled `cluster.x-k8s.io/cluster-name=<cluster>`
+/// in the Cluster's namespace. RBAC: deploy/management/. Not with --policy-crd, --machines or
+/// the tpm attestation provider (yet).
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
@@ -180,26 +186,9 @@ pub struct Cli {
     )]
     pub forbidden_groups: Vec<String>,
 
-    /// Management-cluster mode (Cluster API): serve every workload cluster that a
-    /// `clusters.cluster.x-k8s.io` object describes and that opts in with the annotation
-    /// `nodeauth.io/kubelet-authentication: "true"` (and names the attestation providers it
-    /// accepts in `nodeauth.io/authorized-attestors`). The workload cluster is reached with the
-    /// kubeconfig in the Secret `<cluster>-kubeconfig` (key `value`) beside the Cluster; its
-    /// CSRs are decided there, with machine rules reading only the Machines labelled
-    /// `cluster.x-k8s.io/cluster-name=<cluster>` in the Cluster's namespace. --kubeconfig (or the
-    /// in-cluster config) is the management cluster. Not with --policy-crd, --machines or the
-    /// tpm attestation provider (yet).
-    #[arg(long, env = "NODEAUTH_WORKLOAD_CLUSTERS")]
-    pub workload_clusters: bool,
-
-    /// With --workload-clusters: serve only the Clusters in this namespace (default: all).
-    #[arg(
-        long,
-        env = "NODEAUTH_WORKLOAD_CLUSTER_NAMESPACE",
-        requires = "workload_clusters",
-        value_name = "NAMESPACE"
-    )]
-    pub workload_cluster_namespace: Option<String>,
+    // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
+    #[command(flatten)]
+    pub workloads: nodeauth_runtime::workloads::WorkloadArgs,
 
     #[command(flatten)]
     pub runtime: ControllerArgs,

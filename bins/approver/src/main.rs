@@ -39,7 +39,7 @@ const CONTROLLER: &str = "approver";
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
-    if cli.workload_clusters {
+    if cli.workloads.workload_clusters {
         workloads::check_flags(&cli)?;
     }
     let flag_policies = policies::load(&cli.policies, &cli.presets)?;
@@ -154,7 +154,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let events = rt.events();
     let leader = rt.leader_status();
     let synced = rt.health().readiness_gate("caches-synced");
-    if cli.workload_clusters {
+    if cli.workloads.workload_clusters {
         let mut rt = rt;
         // Each workload cluster has its own Lease: the replicas share the clusters.
         let per_cluster = rt.per_unit_election();
@@ -162,7 +162,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             clusters: {
                 let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
                     client,
-                    cli.workload_cluster_namespace.clone(),
+                    cli.workloads.workload_cluster_namespace.clone(),
                     rt.metrics(),
                     "nodeauth_approver",
                     leader,

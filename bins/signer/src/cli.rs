@@ -59,6 +59,13 @@ use crate::cas::{SignerSpec, parse_signer_spec};
 /// Needs (see deploy/signer/rbac.yaml): get/list/watch/delete CSRs, update
 /// certificatesigningrequests/status, `sign` and `attest` on certificates.k8s.io/signers for
 /// its names, ClusterTrustBundles and ConfigMaps in --bundle-namespace, Leases, Events.
+///
+/// Management-cluster mode (`--workload-clusters`, Cluster API, instead of --signer): the
+/// signer runs in the management cluster and signs each opted-in workload cluster's kubelet
+/// client certificates with the cluster CA of `<cluster>-ca` (`tls.crt`/`tls.key`), as Cluster
+/// API keeps it, and its kubelet serving certificates only with a CA of their own in
+/// `<cluster>-kubelet-serving-ca`: that cluster's clients trust the cluster CA for
+/// kube-apiserver, so it never signs server certificates. RBAC: deploy/management/.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
@@ -121,27 +128,9 @@ pub struct Cli {
     )]
     pub forbidden_groups: Vec<String>,
 
-    /// Management-cluster mode (Cluster API): sign for every workload cluster that a
-    /// `clusters.cluster.x-k8s.io` object describes and that opts in with the annotation
-    /// `nodeauth.io/kubelet-authentication: "true"`, each with its own CA. The workload cluster
-    /// is reached with the kubeconfig in the Secret `<cluster>-kubeconfig` (key `value`) beside
-    /// the Cluster. Kubelet client certificates (kubernetes.io/kube-apiserver-client-kubelet)
-    /// are signed with the cluster CA of `<cluster>-ca` (`tls.crt`/`tls.key`), as Cluster API
-    /// keeps it; kubelet serving certificates (kubernetes.io/kubelet-serving) only with a CA of
-    /// their own in `<cluster>-kubelet-serving-ca`: clients trust the cluster CA for
-    /// kube-apiserver, so this signer never signs server certificates with it. --kubeconfig (or
-    /// the in-cluster config) is the management cluster. Not with --signer.
-    #[arg(long, env = "NODEAUTH_WORKLOAD_CLUSTERS", conflicts_with = "signers")]
-    pub workload_clusters: bool,
-
-    /// With --workload-clusters: serve only the Clusters in this namespace (default: all).
-    #[arg(
-        long,
-        env = "NODEAUTH_WORKLOAD_CLUSTER_NAMESPACE",
-        requires = "workload_clusters",
-        value_name = "NAMESPACE"
-    )]
-    pub workload_cluster_namespace: Option<String>,
+    // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
+    #[command(flatten)]
+    pub workloads: nodeauth_runtime::workloads::WorkloadArgs,
 
     /// Namespace of the CA bundle ConfigMaps (when ClusterTrustBundles are not served).
     #[arg(

@@ -42,7 +42,13 @@ use controller::{CONTROLLER, Ctx, SignerMetrics, ca_loop, error_policy, reconcil
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
-    if cli.mode != Mode::GcOnly && cli.signers.is_empty() && !cli.workload_clusters {
+    if cli.workloads.workload_clusters && !cli.signers.is_empty() {
+        return Err(
+            "--workload-clusters reads each workload cluster's CAs from its Secrets; drop --signer"
+                .into(),
+        );
+    }
+    if cli.mode != Mode::GcOnly && cli.signers.is_empty() && !cli.workloads.workload_clusters {
         return Err("no --signer given (or use --mode=gc-only or --workload-clusters)".into());
     }
     let policy = IssuePolicy {
@@ -149,7 +155,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             cli.gc_scope,
         )
     });
-    if cli.workload_clusters {
+    if cli.workloads.workload_clusters {
         let shared = Arc::new(workloads::Shared {
             policy,
             forbidden_groups: cli.forbidden_groups.clone(),
@@ -167,7 +173,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let per_cluster = rt.per_unit_election();
         let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
             client,
-            cli.workload_cluster_namespace.clone(),
+            cli.workloads.workload_cluster_namespace.clone(),
             rt.metrics(),
             "nodeauth_signer",
             rt.leader_status(),

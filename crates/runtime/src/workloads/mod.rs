@@ -72,6 +72,42 @@ pub const AUTHORIZED_ATTESTORS: &str = "nodeauth.io/authorized-attestors";
 /// The label Cluster API puts on every Machine (and Secret) of a cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 
+/// The flags of management-cluster mode, flattened into a controller's own (each also a
+/// `NODEAUTH_*` variable).
+///
+/// ```
+/// use clap::Parser;
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     workloads: nodeauth_runtime::workloads::WorkloadArgs,
+/// }
+/// let cli = Cli::parse_from(["x", "--workload-clusters", "--workload-cluster-namespace=fleet"]);
+/// assert!(cli.workloads.workload_clusters);
+/// ```
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WorkloadArgs {
+    /// Management-cluster mode (Cluster API): serve every workload cluster that a
+    /// `clusters.cluster.x-k8s.io` object describes and that opts in with the annotation
+    /// `nodeauth.io/kubelet-authentication: "true"` (and lists the attestation providers it
+    /// accepts in `nodeauth.io/authorized-attestors`), reached with the kubeconfig in the Secret
+    /// `<cluster>-kubeconfig` (key `value`) beside the Cluster. --kubeconfig (or the in-cluster
+    /// config) is the management cluster. With leader election on, each workload cluster has a
+    /// Lease of its own (`<--leader-elect-lease-name>-<hash>`) and the replicas share the
+    /// clusters.
+    #[arg(long, env = "NODEAUTH_WORKLOAD_CLUSTERS")]
+    pub workload_clusters: bool,
+
+    /// With --workload-clusters: serve only the Clusters in this namespace (default: all).
+    #[arg(
+        long,
+        env = "NODEAUTH_WORKLOAD_CLUSTER_NAMESPACE",
+        requires = "workload_clusters",
+        value_name = "NAMESPACE"
+    )]
+    pub workload_cluster_namespace: Option<String>,
+}
+
 /// Why a workload cluster could not be served (for now): a reason for the metric label and a
 /// message naming the object and field.
 #[derive(Debug, thiserror::Error)]
