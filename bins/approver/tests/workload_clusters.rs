@@ -199,8 +199,32 @@ async fn start_approver_args(
 
 /// The management-mode signer (built from bins/signer by the test harness).
 async fn start_signer(namespace: &str) -> Approver {
+    start_signer_args(namespace, &[]).await
+}
+
+async fn start_signer_args(namespace: &str, args: &[String]) -> Approver {
     let signer = nodeauth_testenv::nodeauth::workspace_binary("signer").expect("signer binary");
-    start_management(&signer, "nodeauth-signer-management", namespace, &[]).await
+    start_management(&signer, "nodeauth-signer-management", namespace, args).await
+}
+
+/// Waits (60 s) until the CSR in `workload` has a certificate; returns (request, certificate).
+async fn certificate(workload: &ControlPlane, name: &str) -> (Vec<u8>, Vec<u8>) {
+    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await.unwrap());
+    let csr = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
+            c.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.certificate.is_some())
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CSR {name} not issued within 60s"))
+    .unwrap()
+    .unwrap();
+    (
+        csr.spec.request.0.clone(),
+        csr.status.unwrap().certificate.unwrap().0,
+    )
 }
 
 async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
@@ -620,7 +644,7 @@ async fn a_killed_workload_apiserver_delays_no_other_cluster_and_its_csrs_are_de
 }
 
 #[tokio::test]
-async fn two_replicas_share_three_clusters_and_one_takes_over_when_the_other_dies() {
+async fn two_replicas_each_share_three_clusters_and_take_over_when_the_others_die() {
     let _turn = TURN.lock().await;
     let planes = [
         capi::workload(0).unwrap(),
@@ -654,6 +678,17 @@ async fn two_replicas_share_three_clusters_and_one_takes_over_when_the_other_die
     second
         .wait_metric("nodeauth_approver_workload_clusters_led", 1.0)
         .await;
+    // Two signer replicas likewise (Leases of their own).
+    let mut signer_args = lease_args.to_vec();
+    signer_args[0] = format!("--leader-elect-lease-name={}", unique_name("shard"));
+    let first_signer = start_signer_args(&namespace, &signer_args).await;
+    first_signer
+        .wait_metric("nodeauth_signer_workload_clusters_led", 3.0)
+        .await;
+    let second_signer = start_signer_args(&namespace, &signer_args).await;
+    second_signer
+        .wait_metric("nodeauth_signer_workload_clusters_led", 1.0)
+        .await;
 
     // CSRs in every cluster: each decided once, whoever serves its cluster.
     let mut clients = Vec::new();
@@ -676,24 +711,42 @@ async fn two_replicas_share_three_clusters_and_one_takes_over_when_the_other_die
             csrs
         }
     };
+    // Decided once (one Approved condition), and issued by its own cluster's CA (a certificate,
+    // once set, cannot be replaced: kube-apiserver refuses a second).
+    let check = |i: usize, csr: String, secs: u64| {
+        let plane = planes[i];
+        async move {
+            let (verdict, message) = decided(plane, &csr, secs).await;
+            assert_eq!(verdict, "Approved", "{message}");
+            let (request, cert) = certificate(plane, &csr).await;
+            nodeauth_testenv::certcheck::check_issued(
+                &request,
+                &cert,
+                &[&plane.pki().cluster_ca.pair().cert_pem],
+            )
+            .unwrap();
+        }
+    };
     for (i, csr) in join("before").await {
-        let (verdict, message) = decided(planes[i], &csr, 30).await;
-        assert_eq!(verdict, "Approved", "{message}");
+        check(i, csr, 30).await;
     }
 
-    // The replica with two clusters dies (no hand-over): the survivor takes them when their
-    // Leases expire, and CSRs made meanwhile are decided once.
+    // The replicas with two clusters die (no hand-over): the survivors take them when their
+    // Leases expire, and CSRs made meanwhile are decided and issued once.
     let during = join("during");
     first.signal("KILL");
+    first_signer.signal("KILL");
     let killed = Instant::now();
     let during = during.await;
     second
         .wait_metric("nodeauth_approver_workload_clusters_led", 3.0)
         .await;
     let took_over = killed.elapsed();
+    second_signer
+        .wait_metric("nodeauth_signer_workload_clusters_led", 3.0)
+        .await;
     for (i, csr) in during.into_iter().chain(join("after").await) {
-        let (verdict, message) = decided(planes[i], &csr, 60).await;
-        assert_eq!(verdict, "Approved", "{message}");
+        check(i, csr, 60).await;
     }
     // Within the lease duration (6 s) and the time to see it expire (5 s of slack on a
     // loaded 2-core machine).
