@@ -15,7 +15,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -25,10 +24,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
-use nodeauth_k8s::csr_state;
 use nodeauth_testenv::capi::{self, Registration};
-use nodeauth_testenv::process::Process;
-use nodeauth_testenv::{ControlPlane, Credential, KubeletOptions, manifests, unique_name};
+use nodeauth_testenv::{ControlPlane, Credential, KubeletOptions, unique_name};
 
 /// One test at a time: they share the workload clusters' CSRs.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -51,51 +48,23 @@ rules:
   - rule: machineBootstrapReady
 ";
 
-struct Approver {
-    process: Process,
-    metrics_port: u16,
-}
+/// A management-mode controller: its process and metrics.
+struct Approver(capi::ManagementController);
 
 impl Approver {
-    /// Sends the process a signal (`STOP`, `CONT`).
+    /// Sends the process a signal (`STOP`, `CONT`, `KILL`).
     fn signal(&self, signal: &str) {
-        let status = std::process::Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.process.pid().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal}");
-    }
-
-    /// The sum of the samples of `name` (with any labels) whose line contains `needle`.
-    fn metric_with(&self, name: &str, needle: &str) -> f64 {
-        let (_, body) = manifests::http_get(self.metrics_port, "/metrics").expect("metrics");
-        body.lines()
-            .filter(|l| !l.starts_with('#') && l.contains(needle))
-            .filter(|l| l.split(['{', ' ']).next() == Some(name))
-            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
-            .sum()
+        self.0.signal(signal).unwrap();
     }
 
     /// Waits (30 s) until the gauge reads `value`.
     async fn wait_metric(&self, name: &str, value: f64) {
-        self.wait_metric_with(name, "", value).await;
+        self.0.wait_metric(name, "", value).await.unwrap();
     }
 
     /// Waits (30 s) until the samples of `name` whose line contains `needle` sum to `value`.
     async fn wait_metric_with(&self, name: &str, needle: &str, value: f64) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let now = self.metric_with(name, needle);
-            if now == value {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name}{{{needle}}} is {now}, never {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        self.0.wait_metric(name, needle, value).await.unwrap();
     }
 }
 
@@ -115,56 +84,13 @@ async fn start_management(
     namespace: &str,
     extra: &[String],
 ) -> Approver {
-    let mgmt = cp();
-    let kubeconfig = mgmt
-        .deploy_rbac("management", service_account)
-        .await
-        .expect("deploy RBAC");
-    let binding = std::fs::read_to_string(
-        manifests::deploy_dir().join("management/cluster-namespace-rbac.yaml"),
-    )
-    .unwrap()
-    .replace("NAMESPACE", namespace);
-    let admin = mgmt.admin_client().await.unwrap();
-    manifests::apply_yaml(&admin, &binding).await.unwrap();
-    let metrics_port = manifests::free_port().unwrap();
-    let health_port = manifests::free_port().unwrap();
-    let mut args = vec![
-        format!("--kubeconfig={}", kubeconfig.display()),
-        "--leader-elect-namespace=nodeauth-system".into(),
-        format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-        format!("--health-bind-address=127.0.0.1:{health_port}"),
-        "--log-format=json".into(),
-        "--log-level=debug".into(),
-        "--workload-clusters".into(),
-        format!("--workload-cluster-namespace={namespace}"),
-    ];
-    if !extra
-        .iter()
-        .any(|a| a.starts_with("--leader-elect-lease-name="))
-    {
-        args.push(format!(
-            "--leader-elect-lease-name={}",
-            unique_name(service_account)
-        ));
-    }
+    let mut args = vec!["--workload-clusters".to_owned()];
     args.extend_from_slice(extra);
-    let process = mgmt
-        .start_program(&unique_name(service_account), program, &args)
-        .expect("controller");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(manifests::http_get(health_port, "/readyz"), Ok((200, _))) {
-        assert!(
-            Instant::now() < deadline,
-            "{service_account} not ready:\n{}",
-            process.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Approver {
-        process,
-        metrics_port,
-    }
+    Approver(
+        cp().start_management_controller(program, service_account, namespace, &args)
+            .await
+            .unwrap(),
+    )
 }
 
 /// The management-mode approver with the Machine-checking bootstrap policy (then `more`).
@@ -197,7 +123,6 @@ async fn start_approver_args(
     .await
 }
 
-/// The management-mode signer (built from bins/signer by the test harness).
 async fn start_signer(namespace: &str) -> Approver {
     start_signer_args(namespace, &[]).await
 }
@@ -231,20 +156,9 @@ async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
     cp().install_cluster_api_crds().await.unwrap();
     cp().register_workload(
         workload,
-        &Registration {
-            namespace,
-            name,
-            annotations: BTreeMap::from([(
-                "nodeauth.io/kubelet-authentication".to_owned(),
-                "true".to_owned(),
-            )]),
-            kubelet_serving_ca: Some(
-                nodeauth_testenv::pki::Ca::new(&format!("{name}-kubelet-serving"))
-                    .unwrap()
-                    .pair()
-                    .clone(),
-            ),
-        },
+        &Registration::opted_in(namespace, name)
+            .with_serving_ca()
+            .unwrap(),
     )
     .await
     .unwrap();
@@ -252,15 +166,7 @@ async fn register(workload: &ControlPlane, namespace: &str, name: &str) {
 
 /// A bootstrap-token client of `workload` (group system:bootstrappers, may create CSRs).
 async fn bootstrap_client(workload: &ControlPlane) -> kube::Client {
-    let admin = workload.admin_client().await.unwrap();
-    let group = "system:bootstrappers:nodeauth-test";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
-    workload.client(&Credential::Token(token)).await.unwrap()
+    capi::bootstrap_client(workload).await.unwrap()
 }
 
 async fn client_csr(client: &kube::Client, node: &str) -> String {
@@ -271,28 +177,11 @@ async fn client_csr(client: &kube::Client, node: &str) -> String {
         .unwrap()
 }
 
-/// Waits until the CSR in `workload` is decided; returns (type, message) of its decision.
+/// Waits until the CSR in `workload` is decided, once; returns (type, message) of its decision.
 async fn decided(workload: &ControlPlane, name: &str, secs: u64) -> (String, String) {
-    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await.unwrap());
-    let csr = tokio::time::timeout(
-        Duration::from_secs(secs),
-        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
-            c.is_some_and(|c| csr_state(c).is_decided())
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("CSR {name} not decided within {secs}s"))
-    .unwrap()
-    .unwrap();
-    let conditions: Vec<_> = csr
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
-        .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()))
-        .collect();
-    assert_eq!(conditions.len(), 1, "{conditions:?}");
-    conditions.into_iter().next().unwrap()
+    capi::decision(workload, name, Duration::from_secs(secs))
+        .await
+        .unwrap()
 }
 
 /// The note of the Event `reason` about CSR `name` in `workload` (10 s at most).
@@ -482,23 +371,11 @@ async fn unmodified_kubelets_join_two_workload_clusters_through_the_management_c
     let mut serving_cas = Vec::new();
     for (plane, name) in planes.iter().zip(&names) {
         cp().install_cluster_api_crds().await.unwrap();
-        let serving_ca =
-            nodeauth_testenv::pki::Ca::new(&format!("{name}-kubelet-serving")).unwrap();
-        cp().register_workload(
-            plane,
-            &Registration {
-                namespace: &namespace,
-                name,
-                annotations: BTreeMap::from([(
-                    "nodeauth.io/kubelet-authentication".to_owned(),
-                    "true".to_owned(),
-                )]),
-                kubelet_serving_ca: Some(serving_ca.pair().clone()),
-            },
-        )
-        .await
-        .unwrap();
-        serving_cas.push(serving_ca);
+        let registration = Registration::opted_in(&namespace, name)
+            .with_serving_ca()
+            .unwrap();
+        cp().register_workload(plane, &registration).await.unwrap();
+        serving_cas.push(registration.kubelet_serving_ca.unwrap());
     }
     // Renewal and serving as documented, after the Machine-checking bootstrap policy.
     let _approver = start_approver_with(&namespace, &[common::policy_path()]).await;
@@ -572,17 +449,13 @@ async fn unmodified_kubelets_join_two_workload_clusters_through_the_management_c
         );
         // The serving certificate: that cluster's kubelet serving CA.
         let (request, cert) = issued(plane, &format!("system:node:{node}"), SERVING_SIGNER).await;
-        nodeauth_testenv::certcheck::check_issued(
-            &request,
-            &cert,
-            &[&serving_cas[i].pair().cert_pem],
-        )
-        .unwrap();
+        nodeauth_testenv::certcheck::check_issued(&request, &cert, &[&serving_cas[i].cert_pem])
+            .unwrap();
         assert!(
             nodeauth_testenv::certcheck::check_issued(
                 &request,
                 &cert,
-                &[&serving_cas[other].pair().cert_pem]
+                &[&serving_cas[other].cert_pem]
             )
             .is_err()
         );

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 
 use crate::pki::CertPair;
-use crate::process::Lifetime;
+use crate::process::{Lifetime, Process};
 use crate::{ControlPlane, Error, Options};
 
 /// Cluster API's label naming a Machine's cluster.
@@ -110,6 +110,11 @@ fn capi_resource(kind: &str, plural: &str) -> ApiResource {
     }
 }
 
+/// The annotation by which a Cluster opts in to nodeauth's management-cluster mode.
+pub const OPT_IN: &str = "nodeauth.io/kubelet-authentication";
+/// The annotation listing the attestation providers a Cluster authorizes.
+pub const AUTHORIZED_ATTESTORS: &str = "nodeauth.io/authorized-attestors";
+
 /// How a workload cluster is registered in the management cluster.
 #[derive(Debug, Clone)]
 pub struct Registration<'a> {
@@ -121,6 +126,130 @@ pub struct Registration<'a> {
     pub annotations: BTreeMap<String, String>,
     /// A CA for the kubelets' serving certificates, kept as `<name>-kubelet-serving-ca`.
     pub kubelet_serving_ca: Option<CertPair>,
+}
+
+impl<'a> Registration<'a> {
+    /// A Cluster `namespace/name` that opts in, authorizing no attestor, with no serving CA.
+    pub fn opted_in(namespace: &'a str, name: &'a str) -> Self {
+        Self {
+            namespace,
+            name,
+            annotations: BTreeMap::from([(OPT_IN.to_owned(), "true".to_owned())]),
+            kubelet_serving_ca: None,
+        }
+    }
+
+    /// Authorizing these attestation providers (comma-separated).
+    #[must_use]
+    pub fn attestors(mut self, providers: &str) -> Self {
+        self.annotations
+            .insert(AUTHORIZED_ATTESTORS.to_owned(), providers.to_owned());
+        self
+    }
+
+    /// With a fresh CA of its own for the kubelets' serving certificates.
+    pub fn with_serving_ca(mut self) -> Result<Self, Error> {
+        let ca = crate::pki::Ca::new(&format!("{}-kubelet-serving", self.name))?;
+        self.kubelet_serving_ca = Some(ca.pair().clone());
+        Ok(self)
+    }
+}
+
+/// A management-mode controller started by [`ControlPlane::start_management_controller`].
+#[derive(Debug)]
+pub struct ManagementController {
+    /// Its process (stopped when dropped).
+    pub process: Process,
+    /// Where it serves `/metrics` on 127.0.0.1.
+    pub metrics_port: u16,
+}
+
+impl ManagementController {
+    /// The sum of the samples of `name` (any labels) whose line contains `needle`.
+    pub fn metric(&self, name: &str, needle: &str) -> Result<f64, Error> {
+        let (_, body) = crate::manifests::http_get(self.metrics_port, "/metrics")?;
+        Ok(body
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(needle))
+            .filter(|l| l.split(['{', ' ']).next() == Some(name))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// Waits (30 s) until the samples of `name` whose line contains `needle` sum to `value`.
+    pub async fn wait_metric(&self, name: &str, needle: &str, value: f64) -> Result<(), Error> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.metric(name, needle)?;
+            if (now - value).abs() < f64::EPSILON {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "{name}{{{needle}}} is {now}, never {value} in 30 s"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Sends the process a signal (`STOP`, `CONT`, `KILL`).
+    pub fn signal(&self, signal: &str) -> Result<(), Error> {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.process.pid().to_string())
+            .status()
+            .map_err(|e| Error::io(format!("kill -{signal}"), e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Other(format!("kill -{signal} failed ({status})")))
+        }
+    }
+}
+
+/// A client of `workload` with a fresh bootstrap token (group `system:bootstrappers`) that may
+/// create CSRs, as kubeadm sets up (without its auto-approve bindings).
+pub async fn bootstrap_client(workload: &ControlPlane) -> Result<kube::Client, Error> {
+    let admin = workload.admin_client().await?;
+    let group = "system:bootstrappers:nodeauth-test";
+    crate::bind_kubeadm_node_bootstrap(&admin, group).await?;
+    let token = crate::create_bootstrap_token(&admin, &[group]).await?;
+    workload.client(&crate::Credential::Token(token)).await
+}
+
+/// Waits until the CSR `name` in `workload` is decided and returns its one decision (type,
+/// message). More than one Approved/Denied condition is an error: decided twice.
+pub async fn decision(
+    workload: &ControlPlane,
+    name: &str,
+    timeout: Duration,
+) -> Result<(String, String), Error> {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use kube::runtime::wait::await_condition;
+    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await?);
+    let csr = tokio::time::timeout(
+        timeout,
+        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| nodeauth_k8s::csr_state(c).is_decided())
+        }),
+    )
+    .await
+    .map_err(|_| Error::Other(format!("CSR {name} not decided within {timeout:?}")))?
+    .map_err(|e| Error::Other(format!("watching CSR {name}: {e}")))?
+    .ok_or_else(|| Error::Other(format!("CSR {name} is gone")))?;
+    let mut conditions = csr
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
+        .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()));
+    match (conditions.next(), conditions.next()) {
+        (Some(one), None) => Ok(one),
+        (first, second) => Err(Error::Other(format!(
+            "CSR {name}: expected one decision, got {first:?} and {second:?}"
+        ))),
+    }
 }
 
 impl ControlPlane {
@@ -200,6 +329,68 @@ impl ControlPlane {
                 reg.namespace, reg.name
             )))?;
         Ok(())
+    }
+
+    /// Starts a management-mode controller (`program`: approver, signer, or one built from the
+    /// crates) for the Clusters of `namespace`, as `service_account` of
+    /// deploy/management/rbac.yaml, bound (cluster-namespace-rbac.yaml) to read Secrets in
+    /// `namespace` only; waits (60 s) until it is ready. Its Lease name is unique unless `extra`
+    /// gives one.
+    pub async fn start_management_controller(
+        &self,
+        program: &std::path::Path,
+        service_account: &str,
+        namespace: &str,
+        extra: &[String],
+    ) -> Result<ManagementController, Error> {
+        let kubeconfig = self.deploy_rbac("management", service_account).await?;
+        let binding_file =
+            crate::manifests::deploy_dir().join("management/cluster-namespace-rbac.yaml");
+        let binding = std::fs::read_to_string(&binding_file)
+            .map_err(|e| Error::io(format!("reading {}", binding_file.display()), e))?
+            .replace("NAMESPACE", namespace);
+        crate::manifests::apply_yaml(&self.admin_client().await?, &binding).await?;
+        let metrics_port = crate::manifests::free_port()?;
+        let health_port = crate::manifests::free_port()?;
+        let mut args = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--leader-elect-namespace=nodeauth-system".into(),
+            format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
+            format!("--health-bind-address=127.0.0.1:{health_port}"),
+            "--log-format=json".into(),
+            "--log-level=debug".into(),
+            format!("--workload-cluster-namespace={namespace}"),
+        ];
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--leader-elect-lease-name="))
+        {
+            args.push(format!(
+                "--leader-elect-lease-name={}",
+                crate::unique_name(service_account)
+            ));
+        }
+        args.extend_from_slice(extra);
+        let mut process =
+            self.start_program(&crate::unique_name(service_account), program, &args)?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(
+            crate::manifests::http_get(health_port, "/readyz"),
+            Ok((200, _))
+        ) {
+            process.check_running()?;
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "{service_account} not ready in 60 s:\n{}",
+                    process.log_tail(40)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(ManagementController {
+            process,
+            metrics_port,
+        })
     }
 
     /// Creates a Cluster API Machine of cluster `cluster` in `namespace` whose status says

@@ -9,20 +9,15 @@
     clippy::indexing_slicing
 )]
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64ct::{Base64, Encoding};
 use ed25519_dalek::{Signer, SigningKey, pkcs8::EncodePublicKey};
-use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use kube::api::Api;
-use kube::runtime::wait::await_condition;
 use nodeauth_attest::{AttestError, AttestationRequest, Attestor, attested_csr, key_binding};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
-use nodeauth_k8s::csr_state;
 use nodeauth_testenv::capi::{self, Registration};
-use nodeauth_testenv::{ControlPlane, Credential, manifests, unique_name};
+use nodeauth_testenv::{ControlPlane, unique_name};
 
 const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 const CLIENT_USAGES: &[&str] = &["digital signature", "client auth"];
@@ -76,15 +71,7 @@ async fn create_csr(
     node: &str,
     attestor: Option<&AcmeNode<'_>>,
 ) -> String {
-    let admin = workload.admin_client().await.unwrap();
-    let group = "system:bootstrappers:nodeauth-test";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
-    let bootstrap = workload.client(&Credential::Token(token)).await.unwrap();
+    let bootstrap = capi::bootstrap_client(workload).await.unwrap();
     let key = CsrSigningKey::generate_p256().unwrap();
     let builder = CsrBuilder::kubelet_client(node);
     let pem = match attestor {
@@ -96,50 +83,22 @@ async fn create_csr(
         .unwrap()
 }
 
-/// Waits (60 s) until the CSR in `workload` is decided; its decision's (type, message).
+/// Waits (60 s) until the CSR in `workload` is decided, once; its decision's (type, message).
 async fn decided(workload: &ControlPlane, name: &str) -> (String, String) {
-    let api: Api<CertificateSigningRequest> = Api::all(workload.admin_client().await.unwrap());
-    let csr = tokio::time::timeout(
-        Duration::from_secs(60),
-        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
-            c.is_some_and(|c| csr_state(c).is_decided())
-        }),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("CSR {name} not decided within 60s"))
-    .unwrap()
-    .unwrap();
-    let conditions: Vec<_> = csr
-        .status
-        .iter()
-        .flat_map(|s| s.conditions.iter().flatten())
-        .filter(|c| c.type_ == "Approved" || c.type_ == "Denied")
-        .map(|c| (c.type_.clone(), c.message.clone().unwrap_or_default()))
-        .collect();
-    assert_eq!(conditions.len(), 1, "{conditions:?}");
-    conditions.into_iter().next().unwrap()
+    capi::decision(workload, name, Duration::from_secs(60))
+        .await
+        .unwrap()
 }
 
 async fn register(workload: &ControlPlane, namespace: &str, name: &str, attestors: Option<&str>) {
-    let mut annotations = BTreeMap::from([(
-        "nodeauth.io/kubelet-authentication".to_owned(),
-        "true".to_owned(),
-    )]);
+    let mut registration = Registration::opted_in(namespace, name);
     if let Some(a) = attestors {
-        annotations.insert("nodeauth.io/authorized-attestors".to_owned(), a.to_owned());
+        registration = registration.attestors(a);
     }
     cp().install_cluster_api_crds().await.unwrap();
-    cp().register_workload(
-        workload,
-        &Registration {
-            namespace,
-            name,
-            annotations,
-            kubelet_serving_ca: None,
-        },
-    )
-    .await
-    .unwrap();
+    cp().register_workload(workload, &registration)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -161,43 +120,16 @@ async fn attested_kubelets_are_approved_and_forged_attestations_denied_in_every_
     std::fs::write(&key_file, pem).unwrap();
 
     // The example, as the management-mode ServiceAccount, bound to read Secrets in `namespace`.
-    let mgmt = cp();
-    let kubeconfig = mgmt
-        .deploy_rbac("management", "nodeauth-approver-management")
-        .await
-        .unwrap();
-    let binding = std::fs::read_to_string(
-        manifests::deploy_dir().join("management/cluster-namespace-rbac.yaml"),
-    )
-    .unwrap()
-    .replace("NAMESPACE", &namespace);
-    manifests::apply_yaml(&mgmt.admin_client().await.unwrap(), &binding)
-        .await
-        .unwrap();
-    let health_port = manifests::free_port().unwrap();
-    let args = vec![
-        format!("--kubeconfig={}", kubeconfig.display()),
-        format!("--provider-public-key-file={}", key_file.display()),
-        format!("--workload-cluster-namespace={namespace}"),
-        "--leader-elect-namespace=nodeauth-system".into(),
-        format!("--leader-elect-lease-name={}", unique_name("acme-approver")),
-        "--metrics-bind-address=0".into(),
-        format!("--health-bind-address=127.0.0.1:{health_port}"),
-        "--log-level=debug".into(),
-    ];
     let program = Path::new(env!("CARGO_BIN_EXE_example-management-approver"));
-    let process = mgmt
-        .start_program(&unique_name("acme-approver"), program, &args)
+    let _approver = cp()
+        .start_management_controller(
+            program,
+            "nodeauth-approver-management",
+            &namespace,
+            &[format!("--provider-public-key-file={}", key_file.display())],
+        )
+        .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !matches!(manifests::http_get(health_port, "/readyz"), Ok((200, _))) {
-        assert!(
-            Instant::now() < deadline,
-            "the example is not ready:\n{}",
-            process.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let acme = |signer, node: &str| AcmeNode {
         signer,
