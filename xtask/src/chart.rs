@@ -25,7 +25,7 @@ pub struct Generated {
 }
 
 /// Every file the chart takes from `deploy/`.
-pub const GENERATED: [Generated; 10] = [
+pub const GENERATED: [Generated; 11] = [
     Generated {
         source: "deploy/bootstrap-signer/rbac.yaml",
         dest: "charts/nodeauth/templates/bootstrap-signer/rbac.yaml",
@@ -46,7 +46,7 @@ pub const GENERATED: [Generated; 10] = [
     Generated {
         source: "deploy/approver/rbac.yaml",
         dest: "charts/nodeauth/templates/approver/rbac.yaml",
-        condition: Some(".Values.approver.enabled"),
+        condition: Some("and .Values.approver.enabled (not .Values.managementCluster.enabled)"),
     },
     Generated {
         source: "deploy/approver/rbac-dry-run.yaml",
@@ -66,7 +66,12 @@ pub const GENERATED: [Generated; 10] = [
     Generated {
         source: "deploy/signer/rbac.yaml",
         dest: "charts/nodeauth/templates/signer/rbac.yaml",
-        condition: Some(".Values.signer.enabled"),
+        condition: Some("and .Values.signer.enabled (not .Values.managementCluster.enabled)"),
+    },
+    Generated {
+        source: "deploy/management/rbac.yaml",
+        dest: "charts/nodeauth/templates/management/rbac.yaml",
+        condition: Some(".Values.managementCluster.enabled"),
     },
     Generated {
         source: "deploy/monitoring/prometheus-rule.yaml",

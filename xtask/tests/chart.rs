@@ -468,3 +468,79 @@ fn dashboard_is_grafana_json_with_the_asked_panels() {
         assert!(ids.insert(p["id"].as_u64().unwrap()), "duplicate panel id");
     }
 }
+
+#[test]
+fn management_cluster_mode_renders_its_flags_and_only_its_rbac() {
+    let objs = render(&[
+        "managementCluster.enabled=true",
+        "managementCluster.clusterNamespace=fleet-a",
+        "managementCluster.clusterNamespaces={fleet-a,fleet-b}",
+    ]);
+    for (deployment, account) in [
+        ("nodeauth-approver", "nodeauth-approver-management"),
+        ("nodeauth-signer", "nodeauth-signer-management"),
+    ] {
+        let d = objs
+            .iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == deployment)
+            .unwrap();
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"].as_str(), Some(account));
+        let args = serde_yaml::to_string(&pod["containers"][0]["args"]).unwrap();
+        for want in [
+            "--workload-clusters",
+            "--workload-cluster-namespace=fleet-a",
+        ] {
+            assert!(args.contains(want), "{deployment}: {want} missing: {args}");
+        }
+        // The signer's CAs come from each cluster's Secrets, not from --signer mounts.
+        assert!(!args.contains("--signer="), "{deployment}: {args}");
+        let ca_volumes = pod["volumes"].as_sequence().map_or(0, |v| {
+            v.iter()
+                .filter(|v| v["name"].as_str().is_some_and(|n| n.starts_with("ca-")))
+                .count()
+        });
+        assert_eq!(ca_volumes, 0, "{deployment}");
+    }
+    // The RBAC: deploy/management's, one Secret-reading RoleBinding per cluster namespace, and
+    // none of the single-cluster approver's and signer's (they act in no CSR of this cluster).
+    let rendered = rbac_objects(&objs);
+    let text = std::fs::read_to_string(root().join("deploy/management/rbac.yaml")).unwrap();
+    for (k, v) in rbac_objects(&yaml_docs(&text)) {
+        assert_eq!(
+            rendered.get(&k),
+            Some(&v),
+            "{k} differs from deploy/management"
+        );
+    }
+    for ns in ["fleet-a", "fleet-b"] {
+        let key = format!("RoleBinding/{ns}/nodeauth:approver-management:cluster-secrets");
+        let binding = rendered
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(
+            binding["roleRef"]["name"],
+            "nodeauth:approver-management:cluster-secrets"
+        );
+    }
+    assert!(
+        !rendered
+            .keys()
+            .any(|k| k.ends_with("/nodeauth:approver") || k.ends_with("/nodeauth:signer")),
+        "single-cluster RBAC rendered in management mode: {:?}",
+        rendered.keys()
+    );
+    // What the mode does not support is refused, naming the values.
+    let chart = chart();
+    let out = helm_output(&[
+        "template",
+        "nodeauth",
+        chart.to_str().unwrap(),
+        "--set",
+        "managementCluster.enabled=true",
+        "--set",
+        "approver.policyCRD=true",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policyCRD and machines"));
+}

@@ -57,7 +57,7 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
     spec:
-      serviceAccountName: nodeauth-{{ .name }}
+      serviceAccountName: {{ default (printf "nodeauth-%s" .name) .serviceAccount }}
       {{- with $g.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
