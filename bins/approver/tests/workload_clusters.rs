@@ -628,3 +628,139 @@ async fn two_replicas_each_share_three_clusters_and_take_over_when_the_others_di
         "the survivor took the clusters over after {took_over:?}"
     );
 }
+
+#[tokio::test]
+async fn an_impostor_for_a_registered_node_is_denied_in_its_workload_cluster() {
+    let _turn = TURN.lock().await;
+    let plane = capi::workload(0).unwrap();
+    let namespace = unique_name("fleet");
+    let cluster = unique_name("a");
+    register(plane, &namespace, &cluster).await;
+    // The victim: a node of this cluster, with its Machine, registered.
+    let victim = unique_name("victim");
+    cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &victim)
+        .await
+        .unwrap();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> =
+        Api::all(plane.admin_client().await.unwrap());
+    nodes
+        .create(
+            &kube::api::PostParams::default(),
+            &nodeauth_testenv::named(&victim),
+        )
+        .await
+        .unwrap();
+    let _approver = start_approver(&namespace).await;
+    // A token holder asks for the victim's name: denied, the reason on the CSR and as an Event
+    // in the workload cluster.
+    let impostor = client_csr(&bootstrap_client(plane).await, &victim).await;
+    let (verdict, message) = decided(plane, &impostor, 30).await;
+    assert_eq!(verdict, "Denied", "{message}");
+    assert!(message.contains("node.must_not_exist"), "{message}");
+    assert!(message.contains(&victim), "{message}");
+    let note = event_note(plane, &impostor, "Denied").await;
+    assert!(note.contains("node.must_not_exist"), "{note}");
+}
+
+#[tokio::test]
+async fn a_changed_kubeconfig_secret_is_picked_up_without_a_restart() {
+    let _turn = TURN.lock().await;
+    let plane = capi::workload(0).unwrap();
+    let namespace = unique_name("fleet");
+    let cluster = unique_name("a");
+    register(plane, &namespace, &cluster).await;
+    let approver = start_approver(&namespace).await;
+    approver
+        .wait_metric("nodeauth_approver_workload_tasks", 1.0)
+        .await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(cp().admin_client().await.unwrap(), &namespace);
+    let name = format!("{cluster}-kubeconfig");
+    let set = |value: Vec<u8>| {
+        let (secrets, name) = (&secrets, &name);
+        async move {
+            let patch = serde_json::json!({"data": {"value": k8s_openapi::ByteString(value)}});
+            secrets
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(patch),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    // A broken kubeconfig: the running approver reads it and says so for this cluster.
+    set(b"not: [a kubeconfig".to_vec()).await;
+    approver
+        .wait_metric_with(
+            "nodeauth_approver_workload_cluster_errors_total",
+            &format!("cluster=\"{namespace}/{cluster}\",reason=\"kubeconfig_invalid\""),
+            1.0,
+        )
+        .await;
+    // Mended: the same process serves the cluster again.
+    set(plane
+        .kubeconfig("nodeauth-admin", &plane.admin_credential())
+        .into_bytes())
+    .await;
+    let node = unique_name("worker");
+    cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &node)
+        .await
+        .unwrap();
+    let csr = client_csr(&bootstrap_client(plane).await, &node).await;
+    let (verdict, message) = decided(plane, &csr, 60).await;
+    assert_eq!(verdict, "Approved", "{message}");
+}
+
+#[tokio::test]
+async fn a_replaced_cluster_ca_secret_signs_the_next_certificate() {
+    let _turn = TURN.lock().await;
+    let plane = capi::workload(0).unwrap();
+    let namespace = unique_name("fleet");
+    let cluster = unique_name("a");
+    register(plane, &namespace, &cluster).await;
+    let _approver = start_approver(&namespace).await;
+    let signer = start_signer(&namespace).await;
+    let join = || async {
+        let node = unique_name("worker");
+        cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &node)
+            .await
+            .unwrap();
+        let csr = client_csr(&bootstrap_client(plane).await, &node).await;
+        let (verdict, message) = decided(plane, &csr, 30).await;
+        assert_eq!(verdict, "Approved", "{message}");
+        certificate(plane, &csr).await
+    };
+    let (request, cert) = join().await;
+    let old_ca = plane.pki().cluster_ca.pair().cert_pem.clone();
+    nodeauth_testenv::certcheck::check_issued(&request, &cert, &[&old_ca]).unwrap();
+    // Cluster API rotates the cluster CA: the Secret gets a new one.
+    let new_ca = nodeauth_testenv::pki::Ca::new("rotated-cluster-ca").unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(cp().admin_client().await.unwrap(), &namespace);
+    let patch = serde_json::json!({"data": {
+        "tls.crt": k8s_openapi::ByteString(new_ca.pair().cert_pem.clone().into_bytes()),
+        "tls.key": k8s_openapi::ByteString(new_ca.pair().key_pem.clone().into_bytes()),
+    }});
+    secrets
+        .patch(
+            &format!("{cluster}-ca"),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap();
+    signer
+        .wait_metric_with(
+            "nodeauth_signer_ca_reloads_total",
+            &format!(
+                "cluster=\"{namespace}/{cluster}\",signer=\"{CLIENT_SIGNER}\",result=\"reloaded\""
+            ),
+            1.0,
+        )
+        .await;
+    let (request, cert) = join().await;
+    nodeauth_testenv::certcheck::check_issued(&request, &cert, &[&new_ca.pair().cert_pem]).unwrap();
+    assert!(nodeauth_testenv::certcheck::check_issued(&request, &cert, &[&old_ca]).is_err());
+}

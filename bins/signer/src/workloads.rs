@@ -181,17 +181,30 @@ impl Shared {
         );
         let changed = async {
             tokio::select! {
-                () = secret_changed(&secrets, &ca_name, &ca.version) => {}
-                () = secret_changed(&secrets, &serving_name, &serving_version) => {}
+                () = secret_changed(&secrets, &ca_name, &ca.version) => CLIENT_SIGNER,
+                () = secret_changed(&secrets, &serving_name, &serving_version) => SERVING_SIGNER,
             }
         };
-        tokio::select! {
-            _ = async { tokio::join!(run, cas) } => {}
-            () = changed => {
-                tracing::info!(cluster = %workload.key(), "CA Secret changed; restarting with the new CA");
-            }
-        }
+        let changed = tokio::select! {
+            _ = async { tokio::join!(run, cas) } => None,
+            signer = changed => Some(signer),
+        };
+        // The old CA's controller is gone (dropped with the select) before this is counted: a
+        // CSR created after the count is signed with the new CA.
         serving.cancel();
+        if let Some(signer) = changed {
+            tracing::info!(cluster = %workload.key(), %signer, "CA Secret changed; restarting with the new CA");
+            self.metrics
+                .ca_reloads
+                .get_or_create(
+                    &SignerMetrics {
+                        cluster: Some(workload.key()),
+                        ..self.metrics.clone()
+                    }
+                    .labels(&[("signer", signer), ("result", "reloaded")]),
+                )
+                .inc();
+        }
         Ok(())
     }
 }

@@ -57,6 +57,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 use crate::{Metrics, ReadinessGate};
@@ -608,7 +609,9 @@ impl WorkloadClusters {
             };
             let serving = stop.child_token();
             let outcome = tokio::select! {
-                r = serve(workload, serving.clone()) => Some(r),
+                // Every log line of the cluster's work names it (the span's `cluster` field).
+                r = serve(workload, serving.clone())
+                    .instrument(tracing::info_span!("workload", cluster = %key)) => Some(r),
                 () = secret_changed(&secrets, &secret_name, &version) => {
                     tracing::info!(cluster = %key, secret = %secret_name, "kubeconfig changed; reconnecting");
                     None
