@@ -31,22 +31,43 @@ struct Tally {
 }
 
 /// The tests of one `cargo test` run: (`binary::name`, passed).
+///
+/// A child process of a test may write into the same pipe between libtest's `test NAME ... `
+/// and its `ok`: such a test is settled by its binary's summary instead — failed if its name
+/// heads a `---- NAME stdout ----` block, passed if the binary printed `test result:`.
 fn parse(output: &str) -> Vec<(String, bool)> {
     let mut binary = String::new();
     let mut found = Vec::new();
+    let mut unsettled: Vec<String> = Vec::new();
+    let mut failed_here: Vec<String> = Vec::new();
     for line in output.lines() {
         let line = line.trim_end();
         if let Some(rest) = line.trim_start().strip_prefix("Running ") {
             // `Running tests/approver.rs (/path/to/approver-hash)`
             binary = rest.split(" (").next().unwrap_or(rest).to_owned();
+            unsettled.clear();
+            failed_here.clear();
         } else if let Some(rest) = line.strip_prefix("test ")
-            && let Some((name, outcome)) = rest.rsplit_once(" ... ")
+            && let Some((name, outcome)) = rest.split_once(" ... ")
         {
             match outcome {
                 "ok" => found.push((format!("{binary}::{name}"), true)),
                 "FAILED" => found.push((format!("{binary}::{name}"), false)),
-                _ => {} // ignored, bench
+                "ignored" | "bench" => {}
+                o if o.starts_with("ignored,") => {}
+                _ => unsettled.push(name.to_owned()),
             }
+        } else if let Some(name) = line
+            .strip_prefix("---- ")
+            .and_then(|r| r.strip_suffix(" stdout ----"))
+        {
+            failed_here.push(name.to_owned());
+        } else if line.starts_with("test result:") {
+            for name in unsettled.drain(..) {
+                let passed = !failed_here.contains(&name);
+                found.push((format!("{binary}::{name}"), passed));
+            }
+            failed_here.clear();
         }
     }
     found
@@ -169,6 +190,25 @@ mod tests {
                 ("tests/approver.rs::b::c".to_owned(), false),
                 ("tests/tpm.rs::a".to_owned(), true),
             ]
+        );
+    }
+
+    #[test]
+    fn a_result_pushed_off_its_line_by_a_log_is_settled_by_the_summary() {
+        let out = "     Running tests/k.rs (/t/k-1)\n\nrunning 3 tests\n\
+                   test a ... {\"level\":\"INFO\"}\nok\n\
+                   test b ... {\"level\":\"WARN\"}\nFAILED\n\
+                   test c ... ok\n\nfailures:\n\n---- b stdout ----\npanicked\n\n\
+                   failures:\n    b\n\ntest result: FAILED. 2 passed; 1 failed\n\
+                        Running tests/l.rs (/t/l-2)\ntest z ... {\"x\":1}\n";
+        assert_eq!(
+            parse(out),
+            vec![
+                ("tests/k.rs::c".to_owned(), true),
+                ("tests/k.rs::a".to_owned(), true),
+                ("tests/k.rs::b".to_owned(), false),
+            ],
+            "z's binary never summed up (it crashed): z is not counted as passed"
         );
     }
 }
