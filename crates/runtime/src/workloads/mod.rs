@@ -23,8 +23,9 @@
 //! ```no_run
 //! use nodeauth_runtime::workloads::{WorkloadClusters, WorkloadError};
 //! # async fn f(management: kube::Client, metrics: nodeauth_runtime::Metrics,
-//! #            ready: nodeauth_runtime::ReadinessGate, stop: nodeauth_runtime::CancellationToken) {
-//! let clusters = WorkloadClusters::new(management, None, &metrics, "nodeauth_example");
+//! #            ready: nodeauth_runtime::ReadinessGate, stop: nodeauth_runtime::CancellationToken,
+//! #            leader: nodeauth_runtime::LeaderStatus) {
+//! let clusters = WorkloadClusters::new(management, None, &metrics, "nodeauth_example", leader);
 //! clusters
 //!     .run(
 //!         |workload, stop| async move {
