@@ -3,21 +3,19 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration, time::SystemTime};
 
-use base64ct::{Base64, Encoding};
 use clap::Parser;
-use ed25519_dalek::{Signature, VerifyingKey, pkcs8::DecodePublicKey};
+use ed25519_dalek::{VerifyingKey, pkcs8::DecodePublicKey};
+use example_acme_provider::{AcmeVerifier, PROVIDER};
 use k8s_openapi::api::{certificates::v1::CertificateSigningRequest as Csr, core::v1::Node};
 use kube::runtime::{Controller, controller::Action, watcher};
 use kube::{Api, ResourceExt};
-use nodeauth_attest::{Assurance, AttestationInput as Input, Registry, Rejection, Verified};
-use nodeauth_attest::{Verifier, key_binding_matches};
+use nodeauth_attest::{Registry, Rejection, Verifier};
 use nodeauth_k8s::Written;
 use nodeauth_k8s::csr::{ConditionType::*, append_condition, csr_state};
 use nodeauth_policy::{AttestationSummary, Context, PolicySet, Verdict, k8s::*};
 use nodeauth_runtime::workloads::{Workload, WorkloadClusters, WorkloadError};
 use nodeauth_runtime::{ControllerArgs, ControllerRuntime, init_logging, run_controller};
 
-const PROVIDER: &str = "acme";
 /// A new node's client certificate needs, besides the usual checks, an attestation by acme.
 const POLICY: &str = "
 name: acme-kubelet-bootstrap
@@ -38,61 +36,6 @@ struct Cli {
     workload_cluster_namespace: Option<String>,
     #[command(flatten)]
     runtime: ControllerArgs,
-}
-
-/// What acme signs: the instance, the node, and `key_binding(node, CSR key)` (base64).
-#[derive(serde::Deserialize)]
-struct Document {
-    instance_id: String,
-    node: String,
-    provider_id: String,
-    binding: String,
-}
-
-/// The payload (version 1): acme's Ed25519 signature (64 bytes), then the document it signs.
-fn read<'a>(input: &Input<'a>) -> Result<(Signature, Document, &'a [u8]), Rejection> {
-    let payload = input.envelope.payload();
-    let (sig, doc) = payload.split_at_checked(64).ok_or(refuse("no signature"))?;
-    let sig = Signature::from_slice(sig).map_err(refuse)?;
-    Ok((sig, serde_json::from_slice(doc).map_err(refuse)?, doc))
-}
-
-fn refuse(reason: impl ToString) -> Rejection {
-    let (provider, reason) = (PROVIDER.into(), reason.to_string());
-    Rejection::Evidence { provider, reason }
-}
-
-/// Signed by acme, for the node the CSR names, bound to its key (useless with any other key).
-struct AcmeVerifier(VerifyingKey);
-
-impl Verifier for AcmeVerifier {
-    fn provider(&self) -> &str {
-        PROVIDER
-    }
-    fn supported_versions(&self) -> &[u16] {
-        &[1]
-    }
-    fn verify_client_attestation(&self, input: &Input<'_>) -> Result<Verified, Rejection> {
-        let (signature, doc, signed) = read(input)?;
-        (self.0.verify_strict(signed, &signature))
-            .map_err(|_| refuse("the identity document is not signed by the acme provider key"))?;
-        if doc.node != input.node_name {
-            return Err(refuse(format!("the document is for node {:?}", doc.node)));
-        }
-        let binding = Base64::decode_vec(&doc.binding).unwrap_or_default();
-        if !key_binding_matches(&doc.node, input.spki_der(), &binding) {
-            return Err(Rejection::KeyBindingMismatch);
-        }
-        Ok(Verified::new(input, &doc.node, Assurance::Verified)
-            .provider_id(doc.provider_id)
-            .evidence(format!("acme instance {}", doc.instance_id)))
-    }
-    fn verify_serving_attestation(&self, _: &Input<'_>) -> Result<Verified, Rejection> {
-        Err(refuse("acme attests kubelet client certificates only"))
-    }
-    fn machine_name(&self, input: &Input<'_>) -> Result<String, Rejection> {
-        Ok(read(input)?.1.node)
-    }
 }
 
 struct Cluster {
