@@ -177,6 +177,30 @@ async fn client_csr(client: &kube::Client, node: &str) -> String {
         .unwrap()
 }
 
+/// A fresh node name (`prefix-…`) with a bootstrap-ready Machine of `cluster` in `namespace`.
+async fn machine_for(namespace: &str, cluster: &str, prefix: &str) -> String {
+    let node = unique_name(prefix);
+    cp().create_capi_machine(namespace, cluster, &unique_name("m"), &node)
+        .await
+        .unwrap();
+    node
+}
+
+/// A node of `cluster` joins `plane` with `client`'s token and is approved within `secs`; its CSR.
+async fn approved_join(
+    plane: &ControlPlane,
+    client: &kube::Client,
+    namespace: &str,
+    cluster: &str,
+    secs: u64,
+) -> String {
+    let node = machine_for(namespace, cluster, "worker").await;
+    let csr = client_csr(client, &node).await;
+    let (verdict, message) = decided(plane, &csr, secs).await;
+    assert_eq!(verdict, "Approved", "{message}");
+    csr
+}
+
 /// Waits until the CSR in `workload` is decided, once; returns (type, message) of its decision.
 async fn decided(workload: &ControlPlane, name: &str, secs: u64) -> (String, String) {
     capi::decision(workload, name, Duration::from_secs(secs))
@@ -280,10 +304,7 @@ async fn a_cluster_created_at_runtime_is_served_and_a_deleted_one_leaves_no_task
 
     // A CSR waits in a cluster nobody serves yet; the Cluster appears; the CSR is decided.
     let c = unique_name("c");
-    let node = unique_name("worker");
-    cp().create_capi_machine(&namespace, &c, &unique_name("m"), &node)
-        .await
-        .unwrap();
+    let node = machine_for(&namespace, &c, "worker").await;
     let csr = client_csr(&bootstrap_client(c_plane).await, &node).await;
     let registered = Instant::now();
     register(c_plane, &namespace, &c).await;
@@ -483,11 +504,7 @@ async fn a_killed_workload_apiserver_delays_no_other_cluster_and_its_csrs_are_de
     // approver, serving b, is paused meanwhile, briefly: well within its lease).
     let mut b_nodes = Vec::new();
     for _ in 0..10 {
-        let node = unique_name("b-worker");
-        cp().create_capi_machine(&namespace, &b, &unique_name("m"), &node)
-            .await
-            .unwrap();
-        b_nodes.push(node);
+        b_nodes.push(machine_for(&namespace, &b, "b-worker").await);
     }
     approver.signal("STOP");
     let mut b_csrs = Vec::new();
@@ -499,13 +516,7 @@ async fn a_killed_workload_apiserver_delays_no_other_cluster_and_its_csrs_are_de
 
     // a's joins finish as usual while b is down (the approver retries b on its own).
     for _ in 0..10 {
-        let node = unique_name("a-worker");
-        cp().create_capi_machine(&namespace, &a, &unique_name("m"), &node)
-            .await
-            .unwrap();
-        let csr = client_csr(&a_client, &node).await;
-        let (verdict, message) = decided(a_plane, &csr, 30).await;
-        assert_eq!(verdict, "Approved", "{message}");
+        approved_join(a_plane, &a_client, &namespace, &a, 30).await;
     }
 
     // b comes back: every one of its CSRs is decided, once.
@@ -574,10 +585,7 @@ async fn two_replicas_each_share_three_clusters_and_take_over_when_the_others_di
             let mut csrs = Vec::new();
             for (i, cluster) in names.iter().enumerate() {
                 for _ in 0..3 {
-                    let node = unique_name(round);
-                    cp().create_capi_machine(namespace, cluster, &unique_name("m"), &node)
-                        .await
-                        .unwrap();
+                    let node = machine_for(namespace, cluster, round).await;
                     csrs.push((i, client_csr(&clients[i], &node).await));
                 }
             }
@@ -704,13 +712,14 @@ async fn a_changed_kubeconfig_secret_is_picked_up_without_a_restart() {
         .kubeconfig("nodeauth-admin", &plane.admin_credential())
         .into_bytes())
     .await;
-    let node = unique_name("worker");
-    cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &node)
-        .await
-        .unwrap();
-    let csr = client_csr(&bootstrap_client(plane).await, &node).await;
-    let (verdict, message) = decided(plane, &csr, 60).await;
-    assert_eq!(verdict, "Approved", "{message}");
+    approved_join(
+        plane,
+        &bootstrap_client(plane).await,
+        &namespace,
+        &cluster,
+        60,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -723,13 +732,8 @@ async fn a_replaced_cluster_ca_secret_signs_the_next_certificate() {
     let _approver = start_approver(&namespace).await;
     let signer = start_signer(&namespace).await;
     let join = || async {
-        let node = unique_name("worker");
-        cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &node)
-            .await
-            .unwrap();
-        let csr = client_csr(&bootstrap_client(plane).await, &node).await;
-        let (verdict, message) = decided(plane, &csr, 30).await;
-        assert_eq!(verdict, "Approved", "{message}");
+        let client = bootstrap_client(plane).await;
+        let csr = approved_join(plane, &client, &namespace, &cluster, 30).await;
         certificate(plane, &csr).await
     };
     let (request, cert) = join().await;
