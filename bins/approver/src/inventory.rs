@@ -14,6 +14,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeauth_policy::k8s::machine_facts;
 use nodeauth_policy::{MachineFacts, MachineKind};
+use nodeauth_runtime::workloads::CLUSTER_NAME_LABEL;
 use nodeauth_runtime::{EventPublisher, Severity};
 
 use crate::policies::Policies;
@@ -73,8 +74,6 @@ fn reflect(
         });
     (store, Box::pin(driver))
 }
-
-use nodeauth_runtime::workloads::CLUSTER_NAME_LABEL;
 
 /// The Machines of one workload cluster, as a management cluster holds them: in the Cluster's
 /// namespace, labelled with its name. A Machine anywhere else never vouches for its nodes.

@@ -158,28 +158,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut rt = rt;
         // Each workload cluster has its own Lease: the replicas share the clusters.
         let per_cluster = rt.per_unit_election();
-        let workloads = workloads::Workloads {
-            clusters: {
-                let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
-                    client,
-                    cli.workloads.workload_cluster_namespace.clone(),
-                    rt.metrics(),
-                    "nodeauth_approver",
-                    leader,
-                );
-                match per_cluster {
-                    Some(election) => clusters.with_leases(election),
-                    None => clusters,
-                }
-            },
+        let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
+            client,
+            cli.workloads.workload_cluster_namespace.clone(),
+            rt.metrics(),
+            "nodeauth_approver",
+            leader,
+        );
+        let clusters = match per_cluster {
+            Some(election) => clusters.with_leases(election),
+            None => clusters,
+        };
+        let shared = Arc::new(workloads::Shared {
             common,
             attestation_providers: cli.attestation_providers.clone(),
             tofu_namespace: cli.tofu_namespace.clone(),
             apiserver_names: cli.apiserver_names.clone(),
-            events_in: Arc::new(rt.events_in()),
-        };
+            events_in: rt.events_in(),
+        });
         rt.run(move |stop: CancellationToken| async move {
-            workloads.run(synced, stop).await;
+            clusters
+                .run(
+                    move |workload, stop| shared.clone().serve(workload, stop),
+                    synced,
+                    stop,
+                )
+                .await;
             Ok::<(), std::convert::Infallible>(())
         })
         .await?;

@@ -13,18 +13,14 @@
 
 use std::sync::Arc;
 
-use nodeauth_runtime::workloads::{Workload, WorkloadClusters, WorkloadError, ensure_namespace};
-use nodeauth_runtime::{CancellationToken, EventPublisher, ReadinessGate};
+use nodeauth_runtime::workloads::{Workload, WorkloadError, ensure_namespace};
+use nodeauth_runtime::{CancellationToken, EventsIn};
 
 use crate::inventory::{ClusterScope, Inventory};
 use crate::serve;
 
-/// Makes an Event publisher that writes into the cluster of the client it is given.
-pub type EventsIn = Arc<dyn Fn(kube::Client) -> EventPublisher + Send + Sync>;
-
 /// What serving each workload cluster needs besides the cluster itself.
-pub struct Workloads {
-    pub clusters: WorkloadClusters,
+pub struct Shared {
     pub common: serve::Common,
     /// The attestation providers this approver verifies (`--attestation-provider`).
     pub attestation_providers: Vec<String>,
@@ -63,49 +59,10 @@ pub fn check_flags(cli: &crate::cli::Cli) -> Result<(), String> {
     Ok(())
 }
 
-impl Workloads {
-    /// Serves the opted-in workload clusters until `stop`.
-    pub async fn run(self, synced: ReadinessGate, stop: CancellationToken) {
-        let Workloads {
-            clusters,
-            common,
-            attestation_providers,
-            tofu_namespace,
-            apiserver_names,
-            events_in,
-        } = self;
-        let shared = Arc::new(Shared {
-            common,
-            attestation_providers,
-            tofu_namespace,
-            apiserver_names,
-            events_in,
-        });
-        clusters
-            .run(
-                move |workload, stop| {
-                    let shared = shared.clone();
-                    async move { shared.serve(workload, stop).await }
-                },
-                synced,
-                stop,
-            )
-            .await;
-    }
-}
-
-struct Shared {
-    common: serve::Common,
-    attestation_providers: Vec<String>,
-    tofu_namespace: String,
-    apiserver_names: Vec<String>,
-    events_in: EventsIn,
-}
-
 impl Shared {
     /// Serves one workload cluster until `stop` (or until one of its watches ends for good).
-    async fn serve(
-        &self,
+    pub async fn serve(
+        self: Arc<Self>,
         workload: Workload,
         stop: CancellationToken,
     ) -> Result<(), WorkloadError> {
@@ -144,8 +101,7 @@ impl Shared {
             &self.tofu_namespace,
         )
         .map_err(|e| WorkloadError::new("attestation_setup", e.to_string()))?;
-        let events =
-            (self.events_in)(workload.client.clone()).while_leading(workload.leader.clone());
+        let events = (self.events_in)(workload.client.clone(), workload.leader.clone());
         let inventory = Inventory::start(
             &workload.management,
             &["capi".to_owned()],

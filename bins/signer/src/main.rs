@@ -163,7 +163,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             gc,
             metrics,
             reconciles,
-            events_in: Arc::new(rt.events_in()),
+            events_in: rt.events_in(),
             controller_config: cli.runtime.controller_config(),
             ca_check_interval: cli.ca_check_interval,
             bundle_namespace: cli.bundle_namespace.clone(),

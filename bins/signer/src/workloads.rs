@@ -20,7 +20,7 @@ use kube::runtime::watcher;
 use nodeauth_issuer::IssuePolicy;
 use nodeauth_issuer::gc::GcThresholds;
 use nodeauth_runtime::workloads::{Workload, WorkloadError, ensure_namespace, secret_changed};
-use nodeauth_runtime::{CancellationToken, EventPublisher, ReconcileMetrics, run_controller};
+use nodeauth_runtime::{CancellationToken, EventsIn, ReconcileMetrics, run_controller};
 
 use crate::cas::{ClientTrusted, Slot, Slots};
 use crate::cli::GcScope;
@@ -37,7 +37,7 @@ pub struct Shared {
     pub gc: Option<(GcThresholds, GcScope)>,
     pub metrics: SignerMetrics,
     pub reconciles: ReconcileMetrics,
-    pub events_in: Arc<dyn Fn(kube::Client) -> EventPublisher + Send + Sync>,
+    pub events_in: EventsIn,
     pub controller_config: kube::runtime::controller::Config,
     pub ca_check_interval: Duration,
     pub bundle_namespace: String,
@@ -153,8 +153,7 @@ impl Shared {
                 ..self.metrics.clone()
             },
             reconciles: self.reconciles.clone(),
-            events: (self.events_in)(workload.client.clone())
-                .while_leading(workload.leader.clone()),
+            events: (self.events_in)(workload.client.clone(), workload.leader.clone()),
             failures: nodeauth_runtime::PerObjectBackoff::new(
                 Duration::from_millis(250),
                 Duration::from_secs(60),

@@ -11,6 +11,12 @@ const MAX_NOTE_BYTES: usize = 1024;
 /// The API's limit on reason and action, in characters.
 const MAX_REASON_CHARS: usize = 128;
 
+/// Makes an [`EventPublisher`] for the cluster of the client it is given, publishing only while
+/// the given leader status leads ([`crate::ControllerRuntime::events_in`]).
+pub type EventsIn = std::sync::Arc<
+    dyn Fn(kube::Client, crate::leader::LeaderStatus) -> EventPublisher + Send + Sync,
+>;
+
 /// Publishes Events as one controller instance, so users see decisions in
 /// `kubectl describe` and `kubectl events`.
 ///

@@ -89,7 +89,7 @@ pub use controller::{requeue_at, run_controller};
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };
-pub use events::{EventPublisher, Severity};
+pub use events::{EventPublisher, EventsIn, Severity};
 pub use health::{Health, ReadinessGate};
 pub use leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 pub use logging::init_logging;

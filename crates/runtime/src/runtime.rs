@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::args::ControllerArgs;
 use crate::error::Error;
-use crate::events::EventPublisher;
+use crate::events::{EventPublisher, EventsIn};
 use crate::health::Health;
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 use crate::metrics::Metrics;
@@ -146,26 +146,27 @@ impl ControllerRuntime {
         .while_leading(self.leader_status.clone())
     }
 
-    /// [`events`](Self::events) for another cluster: a maker of publishers that write into the
+    /// [`events`](Self::events) for other clusters: a maker of publishers that write into the
     /// cluster of the client they are given (a workload cluster served from a management
-    /// cluster), reporting as this controller and replica, only while it leads.
+    /// cluster), reporting as this controller and replica, only while the given leader status
+    /// leads (that cluster's Lease).
     ///
     /// ```no_run
     /// # async fn f(rt: nodeauth_runtime::ControllerRuntime, workload: kube::Client) {
     /// let events_in = rt.events_in();
-    /// let publisher = events_in(workload);
+    /// let publisher = events_in(workload, rt.leader_status());
     /// # }
     /// ```
-    pub fn events_in(&self) -> impl Fn(kube::Client) -> EventPublisher + Send + Sync + 'static {
+    #[must_use]
+    pub fn events_in(&self) -> EventsIn {
         let controller = format!("nodeauth-{}", self.name);
         let instance = self.election.identity.clone();
         let warnings_only = self.events == crate::args::EventsMode::Warnings;
-        let leader = self.leader_status.clone();
-        move |client| {
+        std::sync::Arc::new(move |client, leader| {
             EventPublisher::new(client, &controller, &instance)
                 .warnings_only(warnings_only)
-                .while_leading(leader.clone())
-        }
+                .while_leading(leader)
+        })
     }
 
     /// For controllers that elect per unit of work (management-cluster mode: a Lease per
