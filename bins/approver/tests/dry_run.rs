@@ -76,10 +76,11 @@ async fn dry_run_records_decisions_and_decides_nothing() {
         decisions(&api.get(&impostor).await.unwrap()).is_empty(),
         "dry run denied nothing"
     );
-    assert!(
-        approver.metric(
+    approver
+        .wait_metric_at_least(
             "nodeauth_approver_decisions_total",
-            &["dry_run=\"true\"", "Deny"]
-        ) >= 1.0
-    );
+            &["dry_run=\"true\"", "Deny"],
+            1.0,
+        )
+        .await;
 }

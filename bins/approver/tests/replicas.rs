@@ -68,7 +68,9 @@ async fn a_killed_leader_loses_no_csr_and_none_is_decided_twice() {
         assert_eq!(d[0].0, "Approved", "{n}: {d:?}");
     }
     assert!(second.is_ready(), "the survivor leads");
-    assert!(second.metric("nodeauth_approver_decisions_total", &["Approve"]) >= 1.0);
+    second
+        .wait_metric_at_least("nodeauth_approver_decisions_total", &["Approve"], 1.0)
+        .await;
 }
 
 /// Waits until `replica` has asked for the Lease and found it held: its `nodeauth_leader`

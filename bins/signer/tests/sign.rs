@@ -236,7 +236,10 @@ async fn invalid_approved_csr_ends_failed_with_every_violation() {
     let message = failed.message.clone().unwrap();
     assert!(message.contains("subject.organization"), "{message}");
     assert!(message.contains("sans.dns"), "{message}");
-    assert!(f.signer.metric("nodeauth_signer_failures_total") >= 1.0);
+    // Counted after the Failed condition is written.
+    f.signer
+        .wait_metric_at_least("nodeauth_signer_failures_total", 1.0)
+        .await;
 }
 
 #[tokio::test]

@@ -45,6 +45,24 @@ impl Approver {
             .sum()
     }
 
+    /// Waits (30 s) until the samples of `name` whose line contains every `needle` sum to at
+    /// least `value`. A decision is counted after it is written (and its Event published), so
+    /// a test that saw the write must wait for the count.
+    pub async fn wait_metric_at_least(&self, name: &str, needles: &[&str], value: f64) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.metric(name, needles);
+            if now >= value {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}{needles:?} is {now}, never {value} in 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits (30 s) until the approver has left one more CSR alone for `reason` than `before`
     /// (`nodeauth_approver_left_alone_total`): it looked at the CSR and wrote nothing.
     pub async fn wait_left_alone(&self, reason: &str, before: f64) {

@@ -50,6 +50,23 @@ impl Signer {
             .sum()
     }
 
+    /// Waits (30 s) until `name` sums to at least `value`. The signer counts an outcome after
+    /// it is written, so a test that saw the write must wait for the count.
+    pub async fn wait_metric_at_least(&self, name: &str, value: f64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = self.metric(name);
+            if now >= value {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} is {now}, never {value} in 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub fn metrics_text(&self) -> String {
         manifests::http_get(self.metrics_port, "/metrics")
             .expect("metrics")
