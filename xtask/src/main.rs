@@ -29,6 +29,8 @@ mod chaos;
 mod chart;
 mod clusters;
 mod demo;
+#[allow(dead_code)] // the image and dist commands use it (being written)
+mod dist;
 mod flakes;
 mod fuzz;
 mod kubelets;
