@@ -42,6 +42,10 @@ pub(crate) fn static_binaries(target: &str, bins: &[&str]) -> Result<PathBuf> {
         ),
         "-C target-feature=+crt-static",
     );
+    // ring's C and assembly: Debian's musl-gcc (package musl-tools) for x86_64.
+    if target == X86_64 {
+        c.env("CC_x86_64_unknown_linux_musl", "musl-gcc");
+    }
     run_step(&format!("static {target} build of {}", bins.join(", ")), c)?;
     let dir = crate::target_dir().join(target).join("release");
     for b in bins {

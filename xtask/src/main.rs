@@ -318,13 +318,15 @@ fn print_usage(server: &str, kubeconfig: &Path) {
 }
 
 /// Debian packages the project needs beyond the machine's toolchains.
-const APT_PACKAGES: [&str; 6] = [
+const APT_PACKAGES: [&str; 7] = [
     "swtpm",
     "swtpm-tools",
     "tpm2-tools",
     "libtss2-dev",
     "pkg-config",
     "openssl",
+    // musl-gcc: ring's C parts in the static (musl) binaries the images and releases ship.
+    "musl-tools",
 ];
 
 fn setup() -> Result<()> {
