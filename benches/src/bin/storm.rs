@@ -116,7 +116,13 @@ fn common_name(cert_pem: &str) -> Result<String> {
         .to_owned())
 }
 
-/// The floor's controllers: every new client CSR is approved and issued at once, no checks.
+/// CSRs the floor approves and issues at once, like a controller's workers (the approver's and
+/// signer's `--workers` default). Unbounded, a mass scale-up (1,000 in flight) opened a
+/// connection per write and made the floor slower than the controllers it bounds.
+const FLOOR_WORKERS: usize = 64;
+
+/// The floor's controllers: every new client CSR is approved and issued at once, no checks, by
+/// at most [`FLOOR_WORKERS`] tasks.
 async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     use nodeauth_issuer::{CertificateAuthority, IssuePolicy, KeyType, OsRandomSerials};
     let now = jiff::Timestamp::now();
@@ -130,6 +136,7 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     let usages = nodeauth_issuer::parse_usages(&["digital signature", "client auth"])?;
     let api: Api<CertificateSigningRequest> = Api::all(admin);
     let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
+    let workers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
     loop {
         let ev = tokio::select! {
             () = stop.wait() => return Ok(()),
@@ -144,7 +151,9 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
             continue;
         }
         let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
+        let permit = workers.clone().acquire_owned().await?;
         tokio::spawn(async move {
+            let _permit = permit;
             let name = csr.metadata.name.clone().unwrap_or_default();
             let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
             csr.status.get_or_insert_with(Default::default).conditions =
@@ -249,8 +258,16 @@ async fn main() -> Result<()> {
         let yaml = std::fs::read_to_string(path)?;
         let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-        let admin = kube::Client::try_from(config)?;
-        Some(tokio::spawn(floor(admin, stop.clone())))
+        // Its own runtime on its own threads, as a controller is its own process: the agents'
+        // tasks (up to --concurrency of them) do not delay it.
+        let stop = stop.clone();
+        Some(std::thread::spawn(move || -> Result<()> {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?
+                .block_on(async move { floor(kube::Client::try_from(config)?, stop).await })
+        }))
     } else {
         None
     };
@@ -298,7 +315,8 @@ async fn main() -> Result<()> {
     }
     let _ = stop_tx.send(true);
     if let Some(t) = floor_task {
-        t.await??;
+        t.join()
+            .map_err(|_| anyhow::anyhow!("the floor's thread panicked"))??;
     }
     latencies.sort_by(f64::total_cmp);
     let outcome = Outcome {

@@ -391,11 +391,12 @@ async fn lookup(
     Ok(context)
 }
 
-/// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties).
-fn asked_at(csr: &CertificateSigningRequest) -> (Option<jiff::Timestamp>, String) {
+/// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties). Borrowed: the
+/// dedup rules compare it against every CSR in the cache on each reconcile.
+fn asked_at(csr: &CertificateSigningRequest) -> (Option<jiff::Timestamp>, &str) {
     (
         csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
-        csr.name_any(),
+        csr.metadata.name.as_deref().unwrap_or(""),
     )
 }
 
@@ -406,13 +407,17 @@ fn newer_pending(csr: &CertificateSigningRequest, facts: &CsrFacts, ctx: &Ctx) -
     let Some(cn) = facts.common_name() else {
         return false;
     };
-    ctx.csr_store.state().iter().any(|other| {
-        other.spec.signer_name == facts.signer_name
-            && other.spec.username.as_deref().unwrap_or("") == facts.username
-            && !csr_state(other).is_decided()
-            && asked_at(other) > ours
-            && ctx.common_names.of(other).as_deref() == Some(cn)
-    })
+    // `find` walks the cache under its read lock without copying it (`state()` clones a
+    // pointer per cached CSR, on every reconcile); the cheap comparisons come first.
+    ctx.csr_store
+        .find(|other| {
+            other.spec.signer_name == facts.signer_name
+                && other.spec.username.as_deref().unwrap_or("") == facts.username
+                && asked_at(other) > ours
+                && !csr_state(other).is_decided()
+                && ctx.common_names.of(other).as_deref() == Some(cn)
+        })
+        .is_some()
 }
 
 /// The oldest pending CSR older than this one, covered by the same policy, that asks for the
@@ -426,21 +431,20 @@ fn older_pending_for_name(
     let ours = asked_at(csr);
     let cn = facts.common_name()?;
     ctx.csr_store
-        .state()
-        .iter()
-        .filter(|other| {
-            policy.covers_signer(&other.spec.signer_name)
+        .state_filter(|other| {
+            asked_at(other) < ours
+                && policy.covers_signer(&other.spec.signer_name)
                 && policy.requesters.covers(
                     other.spec.username.as_deref().unwrap_or(""),
                     other.spec.groups.as_deref().unwrap_or(&[]),
                 )
                 && !csr_state(other).is_decided()
-                && asked_at(other) < ours
                 && ctx.common_names.of(other).as_deref() == Some(cn)
         })
+        .iter()
         .map(|other| asked_at(other))
         .min()
-        .map(|(_, name)| name)
+        .map(|(_, name)| name.to_owned())
 }
 
 /// `signer`: the metric label ([`signer_label`]), not the CSR's signer name; `generation`: the
