@@ -74,6 +74,8 @@ pub struct Cli {
 
     /// A signer: NAME=CERT_FILE,KEY_FILE[,PROFILE]. Repeat for several names; in the
     /// environment variable, separate them with ';'.
+    // The doc comment is --help text: "[,PROFILE]" is an optional part, not an intra-doc link.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long = "signer", env = "NODEAUTH_SIGNERS", value_delimiter = ';', value_parser = parse_signer_spec, value_name = "NAME=CERT,KEY[,PROFILE]")]
     pub signers: Vec<SignerSpec>,
 

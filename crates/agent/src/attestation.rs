@@ -2,9 +2,9 @@
 //! key that CSR will carry, and returns the attested PEM.
 //!
 //! A plain [`Attestor`] (e.g. `insecure`) needs nothing but the key; the TPM provider (feature
-//! `tpm`, [`crate::tpm`]) first fetches a fresh single-use ticket from the approver's attestation
-//! endpoint and certifies that very key in the TPM, which is why attestation happens per request
-//! and not once per process.
+//! `tpm`, module `crate::tpm`) first fetches a fresh single-use ticket from the approver's
+//! attestation endpoint and certifies that very key in the TPM, which is why attestation happens
+//! per request and not once per process.
 
 use nodeauth_attest::{Attestor, attested_csr};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};

@@ -61,8 +61,8 @@
 //! ```
 //!
 //! # Features
-//! - `store-contract`: [`contract`], the assertions every [`AttestationStore`] must pass (test
-//!   support for store implementations, e.g. `nodeauth-k8s`'s).
+//! - `store-contract`: module `contract`, the assertions every [`AttestationStore`] must pass
+//!   (test support for store implementations, e.g. `nodeauth-k8s`'s).
 //! - `null-provider`: the `null` rubber-stamp provider, for tests only. Not in `default`; release
 //!   builds never enable it.
 #![forbid(unsafe_code)]
