@@ -13,6 +13,9 @@
 //!   what each did to the CSRs (lost, decided twice, issued wrongly or twice) and recovery time.
 //! - `bench all`: every benchmark measured, one Markdown report (target/bench-report/report.md).
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
+//! - `dist`: the release — static x86_64 and aarch64 binaries (with their dependency lists
+//!   embedded by cargo-auditable), a CycloneDX SBOM and SHA256SUMS in target/dist/.
+//! - `deny [--advisories]`: cargo-deny's license, ban and source checks (and advisories).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a command-line program talks on stdout/stderr
@@ -29,7 +32,8 @@ mod chaos;
 mod chart;
 mod clusters;
 mod demo;
-#[allow(dead_code)] // the image and dist commands use it (being written)
+mod deny;
+#[allow(dead_code)] // the image command uses more of it (being written)
 mod dist;
 mod flakes;
 mod fuzz;
@@ -102,6 +106,17 @@ enum Cmd {
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
     #[command(subcommand)]
     Chart(ChartCmd),
+    /// The release in target/dist/nodeauth-<version>/: static (musl) binaries for x86_64 and
+    /// aarch64 built through cargo-auditable, a CycloneDX SBOM (sbom.cdx.json) and SHA256SUMS.
+    /// Installs the rustup targets, cargo-auditable and the aarch64 cross compiler it needs.
+    Dist(dist::DistArgs),
+    /// cargo-deny on the dependency tree (deny.toml): licenses, bans and sources; with
+    /// `--advisories` also the RustSec advisories (needs network access to GitHub).
+    Deny {
+        /// Also check the RustSec advisory database (fetched from GitHub).
+        #[arg(long)]
+        advisories: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -187,6 +202,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Chaos(args) => chaos::run(&args),
         Cmd::Chart(c) => chart_cmd(&c),
+        Cmd::Dist(args) => dist::run(&args).map(|_| ExitCode::SUCCESS),
+        Cmd::Deny { advisories } => deny::check(advisories).map(|()| ExitCode::SUCCESS),
         Cmd::Fuzz {
             minutes,
             execs,
@@ -367,6 +384,8 @@ fn setup() -> Result<()> {
     k8s::build(&mut std::io::stdout())?;
     // Helm for the chart tests (xtask/tests/chart*.rs).
     tools::HELM.ensure()?;
+    // cargo-deny for the dependency checks (`cargo xtask deny`, a step of `cargo xtask test`).
+    tools::CARGO_DENY.ensure()?;
     Ok(())
 }
 
@@ -424,6 +443,9 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
     let mut t = cargo();
     t.args(["test", "--workspace", "--doc"]);
     run_step("cargo test --workspace --doc", t)?;
+    // Licenses, bans and sources of every dependency (advisories need the network:
+    // `cargo xtask deny --advisories`).
+    deny::check(false)?;
     // Features that need system libraries or a control plane, kept out of the default build.
     for (pkg, features) in FEATURE_TESTS {
         let mut t = cargo();

@@ -1,4 +1,5 @@
-//! Go-built operator tools the chart tests use: Helm.
+//! Operator and release tools nodeauth pins: Helm (Go, for the chart tests), cargo-auditable
+//! and cargo-deny (Rust, for `cargo xtask dist` and the dependency checks).
 //!
 //! promtool is not among them: `go install` refuses Prometheus' module (its go.mod has
 //! replace/exclude directives) and building it through a wrapper module took over 10 minutes
@@ -66,5 +67,84 @@ impl Tool {
             bail!("`{what}` failed ({status})");
         }
         Ok(path)
+    }
+}
+
+/// A Rust tool built with `cargo install <crate> --version <version> --locked` from crates.io into
+/// `~/.cache/nodeauth/tools/<crate>-<version>/bin/` (a version bump installs the new one).
+#[derive(Debug, Clone, Copy)]
+pub struct CargoTool {
+    /// The crate on crates.io (also its binary's name).
+    pub name: &'static str,
+    /// The exact version.
+    pub version: &'static str,
+}
+
+/// cargo-auditable: release binaries carry their dependency list (a `.dep-v0` section).
+pub const CARGO_AUDITABLE: CargoTool = CargoTool {
+    name: "cargo-auditable",
+    version: "0.7.7",
+};
+
+/// cargo-deny: license, ban, source and advisory checks of the dependency tree.
+pub const CARGO_DENY: CargoTool = CargoTool {
+    name: "cargo-deny",
+    version: "0.20.2",
+};
+
+impl CargoTool {
+    /// The directory to put on PATH so `cargo <subcommand>` finds the tool.
+    pub fn bin_dir(&self) -> PathBuf {
+        nodeauth_testenv::k8s::cache_root()
+            .join("tools")
+            .join(format!("{}-{}", self.name, self.version))
+            .join("bin")
+    }
+
+    /// Where the installed binary lives.
+    pub fn path(&self) -> PathBuf {
+        self.bin_dir().join(self.name)
+    }
+
+    /// Installs the tool unless this version is there already; returns its path.
+    pub fn ensure(&self) -> Result<PathBuf> {
+        let path = self.path();
+        if path.is_file() {
+            return Ok(path);
+        }
+        let root = self
+            .bin_dir()
+            .parent()
+            .context("a tool path without a directory")?
+            .to_path_buf();
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let what = format!(
+            "cargo install {} --version {} --locked",
+            self.name, self.version
+        );
+        println!("==> {what} (into {})", root.display());
+        let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            .args(["install", "--locked", "--version", self.version, "--root"])
+            .arg(&root)
+            .arg(self.name)
+            // Its own temporary target dir, not the workspace's (and not its profile or flags).
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .current_dir(&root)
+            .status()
+            .with_context(|| format!("running {what}"))?;
+        if !status.success() || !path.is_file() {
+            bail!("`{what}` failed ({status})");
+        }
+        Ok(path)
+    }
+
+    /// PATH with this tool's directory first (for `cargo <subcommand>`).
+    pub fn path_env(&self) -> std::ffi::OsString {
+        let mut dirs = vec![self.bin_dir()];
+        if let Some(path) = std::env::var_os("PATH") {
+            dirs.extend(std::env::split_paths(&path));
+        }
+        std::env::join_paths(dirs).unwrap_or_else(|_| std::env::var_os("PATH").unwrap_or_default())
     }
 }
