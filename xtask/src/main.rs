@@ -13,6 +13,7 @@
 //!   what each did to the CSRs (lost, decided twice, issued wrongly or twice) and recovery time.
 //! - `bench all`: every benchmark measured, one Markdown report (target/bench-report/report.md).
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
+//! - `image [verify]`: one OCI image per controller (layout + tarball); `verify` checks and runs it.
 //! - `dist`: the release — static x86_64 and aarch64 binaries (with their dependency lists
 //!   embedded by cargo-auditable), a CycloneDX SBOM and SHA256SUMS in target/dist/.
 //! - `deny [--advisories]`: cargo-deny's license, ban and source checks (and advisories).
@@ -37,6 +38,7 @@ mod deny;
 mod dist;
 mod flakes;
 mod fuzz;
+mod image;
 mod kubelets;
 mod storm;
 mod tools;
@@ -106,6 +108,10 @@ enum Cmd {
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
     #[command(subcommand)]
     Chart(ChartCmd),
+    /// One OCI image per controller (static musl binary, non-root, labelled) as an OCI layout
+    /// and a tarball in target/images/, digests printed; `image verify` checks them and runs
+    /// the token-cleaner image's entrypoint against a local kube-apiserver.
+    Image(image::ImageArgs),
     /// The release in target/dist/nodeauth-<version>/: static (musl) binaries for x86_64 and
     /// aarch64 built through cargo-auditable, a CycloneDX SBOM (sbom.cdx.json) and SHA256SUMS.
     /// Installs the rustup targets, cargo-auditable and the aarch64 cross compiler it needs.
@@ -202,6 +208,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Chaos(args) => chaos::run(&args),
         Cmd::Chart(c) => chart_cmd(&c),
+        Cmd::Image(args) => image::run(&args),
         Cmd::Dist(args) => dist::run(&args).map(|_| ExitCode::SUCCESS),
         Cmd::Deny { advisories } => deny::check(advisories).map(|()| ExitCode::SUCCESS),
         Cmd::Fuzz {
@@ -452,6 +459,11 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
         t.args(["test", "-p", pkg, "--features", features]);
         run_step(&format!("cargo test -p {pkg} --features {features}"), t)?;
     }
+    // The container images: built, then checked from the layout alone and run.
+    println!("==> cargo xtask image");
+    image::build(&image::default_out_dir())?;
+    println!("==> cargo xtask image verify");
+    image::verify(&image::default_out_dir())?;
     bench_smoke()?;
     fuzz_smoke()?;
     Ok(ExitCode::SUCCESS)
