@@ -190,6 +190,7 @@ fn package_metadata() -> Result<BTreeMap<String, Package>> {
     }
     let v: serde_json::Value =
         serde_json::from_slice(&out.stdout).context("parsing cargo metadata")?;
+    let workspace_repository = workspace_repository()?;
     let s = |p: &serde_json::Value, k: &str| {
         p.get(k)
             .and_then(serde_json::Value::as_str)
@@ -206,12 +207,31 @@ fn package_metadata() -> Result<BTreeMap<String, Package>> {
                 Package {
                     version: s(p, "version"),
                     description: s(p, "description"),
-                    repository: s(p, "repository"),
+                    // The binaries are not published and name none: the workspace's.
+                    repository: Some(s(p, "repository"))
+                        .filter(|r| !r.is_empty())
+                        .unwrap_or_else(|| workspace_repository.clone()),
                     license: s(p, "license"),
                 },
             )
         })
         .collect())
+}
+
+/// `repository` of `[workspace.package]` in the workspace's Cargo.toml.
+fn workspace_repository() -> Result<String> {
+    let path = workspace_root().join("Cargo.toml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .skip_while(|l| l.trim() != "[workspace.package]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "repository").then(|| v.trim().trim_matches('"').to_string())
+        })
+        .with_context(|| format!("{}: no repository in [workspace.package]", path.display()))
 }
 
 /// Where the images come from: the commit and its time.

@@ -342,7 +342,7 @@ fn print_usage(server: &str, kubeconfig: &Path) {
 }
 
 /// Debian packages the project needs beyond the machine's toolchains.
-const APT_PACKAGES: [&str; 7] = [
+const APT_PACKAGES: [&str; 9] = [
     "swtpm",
     "swtpm-tools",
     "tpm2-tools",
@@ -351,6 +351,10 @@ const APT_PACKAGES: [&str; 7] = [
     "openssl",
     // musl-gcc: ring's C parts in the static (musl) binaries the images and releases ship.
     "musl-tools",
+    // `cargo xtask image verify` loads and runs an image in podman, with runc (crun refuses
+    // this machine's hybrid cgroup mounts).
+    "podman",
+    "runc",
 ];
 
 fn setup() -> Result<()> {
