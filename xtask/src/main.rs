@@ -34,7 +34,6 @@ mod chart;
 mod clusters;
 mod demo;
 mod deny;
-#[allow(dead_code)] // the image command uses more of it (being written)
 mod dist;
 mod flakes;
 mod fuzz;
