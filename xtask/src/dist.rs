@@ -340,7 +340,7 @@ fn check_binary(path: &Path, machine: u16) -> Result<()> {
 }
 
 /// Runs `<arch>/<binary> --version` for every binary: natively, or under qemu-user for the
-/// other architecture when qemu-<arch>-static is installed (skipped, and said, if not).
+/// other architecture when `qemu-<arch>-static` is installed (skipped, and said, if not).
 fn smoke_run(out: &Path, arch: &str) -> Result<()> {
     let runner: Option<String> = if std::env::consts::ARCH == arch {
         None
@@ -595,8 +595,8 @@ pub(crate) fn sbom(root: &Path, targets: &[&str], bins: &[&str]) -> Result<Value
             ))
         })
         .collect();
-    // name@version -> (package JSON, compiled in?)
-    let mut chosen: BTreeMap<String, (Value, bool)> = BTreeMap::new();
+    // name@version -> (package JSON, the targets it is compiled into)
+    let mut chosen: BTreeMap<String, (Value, BTreeSet<&str>)> = BTreeMap::new();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for target in targets {
         // Everything the build needs, and who needs it.
@@ -616,7 +616,7 @@ pub(crate) fn sbom(root: &Path, targets: &[&str], bins: &[&str]) -> Result<Value
                 .with_context(|| format!("cargo tree's {} is not in cargo metadata", line.key))?;
             chosen
                 .entry(line.key.clone())
-                .or_insert(((*p).clone(), false));
+                .or_insert(((*p).clone(), BTreeSet::new()));
             parents.push(line.key.clone());
         }
         // What is compiled in: normal dependencies, not through a proc-macro.
@@ -633,7 +633,7 @@ pub(crate) fn sbom(root: &Path, targets: &[&str], bins: &[&str]) -> Result<Value
             let entry = chosen
                 .get_mut(&line.key)
                 .with_context(|| format!("{} compiled in but not built", line.key))?;
-            entry.1 = true;
+            entry.1.insert(target);
         }
     }
     let bom_ref = |p: &Value| -> String {
@@ -663,7 +663,7 @@ pub(crate) fn sbom(root: &Path, targets: &[&str], bins: &[&str]) -> Result<Value
             "bom-ref": refs.get(id.as_str()),
             "name": name,
             "version": pversion,
-            "scope": if *compiled_in { "required" } else { "excluded" },
+            "scope": if compiled_in.is_empty() { "excluded" } else { "required" },
         });
         if let Value::Object(base) = base {
             c.extend(base);
@@ -677,12 +677,19 @@ pub(crate) fn sbom(root: &Path, targets: &[&str], bins: &[&str]) -> Result<Value
                 json!([{ "expression": spdx_expression(l) }]),
             );
         }
+        // Which release binaries' targets it is compiled into (some crates are for one
+        // architecture only).
+        let mut properties: Vec<Value> = compiled_in
+            .iter()
+            .map(|t| json!({ "name": "cargo:target", "value": t }))
+            .collect();
         if p["source"].is_null() {
-            c.insert(
-                "properties".into(),
-                json!([{ "name": "cargo:source", "value": "workspace" }]),
-            );
-        } else {
+            properties.push(json!({ "name": "cargo:source", "value": "workspace" }));
+        }
+        if !properties.is_empty() {
+            c.insert("properties".into(), Value::Array(properties));
+        }
+        if !p["source"].is_null() {
             c.insert("purl".into(), json!(format!("pkg:cargo/{name}@{pversion}")));
             let locked = lock
                 .get(&(name.to_string(), pversion.to_string()))
@@ -1102,8 +1109,21 @@ version = "0.1.0"
                 .unwrap()
                 .contains("ISC")
         );
+        let targets = |c: &Value| -> Vec<String> {
+            c["properties"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["name"] == "cargo:target")
+                .map(|p| p["value"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(targets(&ring), [AARCH64, X86_64]);
+        // x86 CPU feature detection: compiled into the x86_64 binaries only.
+        assert_eq!(targets(&find("core_detect").unwrap()), [X86_64]);
         // Build-time only: a build script's dependency, a proc-macro.
         assert_eq!(find("cc").unwrap()["scope"], "excluded");
+        assert!(targets(&find("cc").unwrap()).is_empty());
         assert_eq!(find("serde_derive").unwrap()["scope"], "excluded");
         // Not in the release binaries: test harness, dev-dependencies, xtask, the TPM stack
         // (the agent's `tpm` feature is off in static builds), the fuzzer.
