@@ -13,6 +13,7 @@
 //!   what each did to the CSRs (lost, decided twice, issued wrongly or twice) and recovery time.
 //! - `bench all`: every benchmark measured, one Markdown report (target/bench-report/report.md).
 //! - `chart sync|check`: the Helm chart's RBAC generated from `deploy/` (one source).
+//! - `deb`: the node agent as a Debian package (`target/deb/nodeauth-agent_<version>_<arch>.deb`).
 //! - `image [verify]`: one OCI image per controller (layout + tarball); `verify` checks and runs it.
 //! - `dist`: the release — static x86_64 and aarch64 binaries (with their dependency lists
 //!   embedded by cargo-auditable), a CycloneDX SBOM and SHA256SUMS in target/dist/.
@@ -32,6 +33,7 @@ mod bench;
 mod chaos;
 mod chart;
 mod clusters;
+mod deb;
 mod demo;
 mod deny;
 mod dist;
@@ -39,6 +41,7 @@ mod flakes;
 mod fuzz;
 mod image;
 mod kubelets;
+mod publish;
 mod storm;
 mod tools;
 
@@ -107,11 +110,19 @@ enum Cmd {
     /// The Helm chart's files generated from `deploy/` (`chart sync`, `chart check`).
     #[command(subcommand)]
     Chart(ChartCmd),
+    /// The node agent as a Debian package: the static agent as /usr/bin/nodeauth-agent, its
+    /// systemd units and /etc/default/nodeauth-agent from deploy/agent/ (nothing enabled or
+    /// started on installation). Prints the .deb's path, size and SHA-256.
+    Deb {
+        /// Write the .deb here instead of deb/ in cargo's target directory.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
     /// One OCI image per controller (static musl binary, non-root, labelled) as an OCI layout
     /// and a tarball in target/images/, digests printed; `image verify` checks them and runs
     /// the token-cleaner image's entrypoint against a local kube-apiserver.
     Image(image::ImageArgs),
-    /// The release in target/dist/nodeauth-<version>/: static (musl) binaries for x86_64 and
+    /// The release in target/dist/nodeauth-VERSION/: static (musl) binaries for x86_64 and
     /// aarch64 built through cargo-auditable, a CycloneDX SBOM (sbom.cdx.json) and SHA256SUMS.
     /// Installs the rustup targets, cargo-auditable and the aarch64 cross compiler it needs.
     Dist(dist::DistArgs),
@@ -207,6 +218,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Chaos(args) => chaos::run(&args),
         Cmd::Chart(c) => chart_cmd(&c),
+        Cmd::Deb { out_dir } => {
+            let deb = deb::build(out_dir.as_deref())?;
+            println!("deb: {}", deb.path.display());
+            println!("size: {} bytes", deb.bytes);
+            println!("sha256: {}", deb.sha256);
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Image(args) => image::run(&args),
         Cmd::Dist(args) => dist::run(&args).map(|_| ExitCode::SUCCESS),
         Cmd::Deny { advisories } => deny::check(advisories).map(|()| ExitCode::SUCCESS),
@@ -453,6 +471,16 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
     let mut t = cargo();
     t.args(["test", "--workspace", "--doc"]);
     run_step("cargo test --workspace --doc", t)?;
+    // The API docs build without a warning (broken intra-doc links, bad HTML, ...).
+    let mut d = cargo();
+    d.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    run_step(
+        "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps",
+        d,
+    )?;
+    // The library crates package (their metadata is checked by xtask's unit tests).
+    publish::package_list()?;
     // Licenses, bans and sources of every dependency (advisories need the network:
     // `cargo xtask deny --advisories`).
     deny::check(false)?;
