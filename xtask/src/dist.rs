@@ -57,7 +57,7 @@ pub(crate) const PROFILE: &str = "dist";
 const AUDIT_SECTION: &str = ".dep-v0";
 
 /// `cargo xtask dist`'s options.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub(crate) struct DistArgs {
     /// Only these architectures (x86_64, aarch64; repeatable). Default: both.
     #[arg(long = "arch", value_parser = ["x86_64", "aarch64"])]

@@ -484,6 +484,10 @@ fn test(cargo_args: &[String]) -> Result<ExitCode> {
     // Licenses, bans and sources of every dependency (advisories need the network:
     // `cargo xtask deny --advisories`).
     deny::check(false)?;
+    // The release: both architectures built (warm: seconds), checked, run (aarch64 under
+    // qemu-user), the SBOM validated against Cargo.lock and SHA256SUMS against sha256sum -c.
+    println!("==> cargo xtask dist");
+    dist::run(&dist::DistArgs::default())?;
     // Features that need system libraries or a control plane, kept out of the default build.
     for (pkg, features) in FEATURE_TESTS {
         let mut t = cargo();
