@@ -286,6 +286,12 @@ mod tests {
     }
 
     #[test]
+    fn every_library_crate_packages() {
+        // What `cargo xtask test` runs as a step: the metadata, the order, `cargo package --list`.
+        package_list().unwrap();
+    }
+
+    #[test]
     fn the_readme_documents_the_publish_order() {
         let (_, libs) = workspace();
         let line = order_line(&order(&libs).unwrap());
