@@ -1,10 +1,3 @@
-// NOTE TO EVERY WORKER IN THIS CHECKOUT (temporary, removed before the session ends): several
-// workers edit /work/main at once. Never `git stash`, `git reset`, `git checkout -- <file>`,
-// `git add -A` or `git commit -a`; commit only your own paths (`git add <paths>`). Never run
-// `cargo xtask test`, whole-workspace tests, benchmarks or fuzzing (2 cores shared by 4 workers);
-// test only what you touch. Use CARGO_TARGET_DIR=$HOME/.cache/nodeauth/target CARGO_INCREMENTAL=0.
-// Re-read shared files (xtask/src/main.rs, Cargo.toml, Cargo.lock, README.md) right before a small
-// targeted edit. Be finished and committed by 12:05 UTC.
 //! What nodeauth ships: static release binaries (the images start here) and `cargo xtask dist`,
 //! the release directory — the binaries for each architecture, built through cargo-auditable
 //! so each carries its dependency list, a CycloneDX SBOM and SHA256SUMS:
@@ -61,7 +54,7 @@ const AUDIT_SECTION: &str = ".dep-v0";
 pub(crate) struct DistArgs {
     /// Only these architectures (x86_64, aarch64; repeatable). Default: both.
     #[arg(long = "arch", value_parser = ["x86_64", "aarch64"])]
-    arches: Vec<String>,
+    pub(crate) arches: Vec<String>,
 }
 
 /// Builds `bins` as statically linked release binaries for `target` (a `*-linux-musl` triple)
