@@ -49,6 +49,14 @@ pub struct Cli {
     #[arg(long, env = "NODEAUTH_DRY_RUN")]
     pub dry_run: bool,
 
+    /// How long an allowed SubjectAccessReview answer (for `subjectAccessReview` rules) is
+    /// reused for the same requester and question: a fleet joining with one bootstrap token
+    /// then costs one review per period, not one per node. Only "allowed" is remembered, so a
+    /// permission taken away is honoured at most this late and a new one at once; `0s`
+    /// asks every time. (kube-apiserver's webhook authorizer keeps allowed answers 5 minutes.)
+    #[arg(long, env = "NODEAUTH_SAR_CACHE_TTL", default_value = "5s", value_parser = nodeauth_runtime::parse_duration)]
+    pub sar_cache_ttl: Duration,
+
     /// How long a CSR may wait for its Node to appear before rules that need the Node deny it
     /// (a kubelet can create its serving CSR just before the approver's Node cache sees it).
     #[arg(long, env = "NODEAUTH_NODE_WAIT", default_value = "30s", value_parser = nodeauth_runtime::parse_duration)]

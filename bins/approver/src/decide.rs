@@ -57,6 +57,8 @@ pub struct Ctx {
     /// Common names of CSRs by uid (a CSR's request never changes), so duplicate checks do
     /// not parse every pending CSR again on every reconcile.
     pub common_names: CommonNames,
+    /// Allowed SubjectAccessReview answers, remembered for `--sar-cache-ttl`.
+    pub sar_cache: Arc<nodeauth_k8s::access::AllowedCache>,
 }
 
 /// Common names of CSRs, by uid.
@@ -370,7 +372,13 @@ async fn lookup(
     }
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
     if reads(|r| matches!(r, Rule::SubjectAccessReview { .. })) {
-        context.sar = lookups::subject_access_reviews(&ctx.client, facts).await?;
+        let is_self = facts.common_name() == Some(facts.username.as_str());
+        let needs = lookups::SarNeeds::of(&policy.rules, is_self);
+        context.sar =
+            lookups::subject_access_reviews(&ctx.client, &ctx.sar_cache, facts, needs, |hit| {
+                ctx.metrics.sar_asked(hit);
+            })
+            .await?;
     }
     if reads(|r| matches!(r, Rule::Attestation { .. })) {
         let uid = csr.metadata.uid.as_deref().unwrap_or("");

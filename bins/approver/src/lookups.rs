@@ -119,27 +119,72 @@ fn requester(facts: &CsrFacts) -> Requester {
     }
 }
 
-/// Asks upstream's two SubjectAccessReviews for the CSR's requester: may it create
+/// Which of upstream's two SubjectAccessReviews a policy's rules read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SarNeeds {
+    /// `certificatesigningrequests/nodeclient`: any node's client certificate.
+    pub nodeclient: bool,
+    /// `certificatesigningrequests/selfnodeclient`: its own renewal.
+    pub selfnodeclient: bool,
+}
+
+impl SarNeeds {
+    /// What `rules` read for a CSR whose common name is (`is_self`) or is not its requester:
+    /// `nodeClientOrSelf` reads selfnodeclient only for a renewal (upstream's recognizer does
+    /// not ask it otherwise), and nodeclient always (the fallback, and what its message names).
+    pub fn of(rules: &[nodeauth_policy::Rule], is_self: bool) -> Self {
+        use nodeauth_policy::{Rule, SarKind};
+        let mut needs = Self::default();
+        for rule in rules {
+            if let Rule::SubjectAccessReview { kind } = rule {
+                match kind {
+                    SarKind::NodeClient => needs.nodeclient = true,
+                    SarKind::SelfNodeClient => needs.selfnodeclient = true,
+                    SarKind::NodeClientOrSelf => {
+                        needs.nodeclient = true;
+                        needs.selfnodeclient |= is_self;
+                    }
+                }
+            }
+        }
+        needs
+    }
+}
+
+/// Asks the SubjectAccessReviews `needs` names for the CSR's requester: may it create
 /// `certificatesigningrequests/nodeclient` (any node's client certificate) and
-/// `certificatesigningrequests/selfnodeclient` (its own renewal)?
+/// `certificatesigningrequests/selfnodeclient` (its own renewal)? An answer not asked is
+/// `None` (a rule that reads it fails). Allowed answers come from `cache` when they are fresh
+/// ([`nodeauth_k8s::access::AllowedCache`]); `hits` counts those.
 pub async fn subject_access_reviews(
     client: &kube::Client,
+    cache: &access::AllowedCache,
     facts: &CsrFacts,
+    needs: SarNeeds,
+    hits: impl Fn(bool),
 ) -> Result<SarAnswers, LookupError> {
     let requester = requester(facts);
-    let ask = |subresource: &'static str| {
-        let requester = &requester;
+    let ask = |subresource: &'static str, needed: bool| {
+        let (requester, hits) = (&requester, &hits);
         async move {
-            access::may(client, requester, csr_resource("create", Some(subresource)))
+            if !needed {
+                return Ok(None);
+            }
+            let (allowed, remembered) = cache
+                .may(client, requester, csr_resource("create", Some(subresource)))
                 .await
-                .map_err(LookupError::Sar)
+                .map_err(LookupError::Sar)?;
+            hits(remembered);
+            Ok(Some(allowed))
         }
     };
-    let (nodeclient, selfnodeclient) =
-        futures::try_join!(ask("nodeclient"), ask("selfnodeclient"))?;
+    let (nodeclient, selfnodeclient) = futures::try_join!(
+        ask("nodeclient", needs.nodeclient),
+        ask("selfnodeclient", needs.selfnodeclient)
+    )?;
     Ok(SarAnswers {
-        nodeclient: Some(nodeclient),
-        selfnodeclient: Some(selfnodeclient),
+        nodeclient,
+        selfnodeclient,
     })
 }
 
@@ -293,5 +338,46 @@ impl Attestation {
             }
             map.insert(uid.to_owned(), outcome);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SarNeeds;
+    use nodeauth_policy::{Rule, SarKind};
+
+    #[test]
+    fn only_the_reviews_the_rules_read_are_asked() {
+        let sar = |kind| Rule::SubjectAccessReview { kind };
+        let needs = |rules: &[Rule], is_self| SarNeeds::of(rules, is_self);
+        let both = SarNeeds {
+            nodeclient: true,
+            selfnodeclient: true,
+        };
+        let nodeclient = SarNeeds {
+            nodeclient: true,
+            selfnodeclient: false,
+        };
+        assert_eq!(needs(&[], false), SarNeeds::default());
+        assert_eq!(needs(&[Rule::SupersededByNewer], true), SarNeeds::default());
+        // Bootstrap (the common name is not the requester): one review.
+        assert_eq!(needs(&[sar(SarKind::NodeClient)], false), nodeclient);
+        assert_eq!(needs(&[sar(SarKind::NodeClientOrSelf)], false), nodeclient);
+        // A renewal under upstream's recognizers: selfnodeclient, with nodeclient as fallback.
+        assert_eq!(needs(&[sar(SarKind::NodeClientOrSelf)], true), both);
+        assert_eq!(
+            needs(&[sar(SarKind::SelfNodeClient)], true),
+            SarNeeds {
+                nodeclient: false,
+                selfnodeclient: true
+            }
+        );
+        assert_eq!(
+            needs(
+                &[sar(SarKind::SelfNodeClient), sar(SarKind::NodeClient)],
+                false
+            ),
+            both
+        );
     }
 }

@@ -150,6 +150,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         service_cidrs,
         dry_run: cli.dry_run,
         node_wait: cli.node_wait,
+        sar_cache_ttl: cli.sar_cache_ttl,
     };
     let events = rt.events();
     let leader = rt.leader_status();

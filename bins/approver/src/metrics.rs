@@ -47,6 +47,12 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SarLabels {
+    pub cluster: String,
+    pub answered: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignerLabels {
     pub signer: String,
 }
@@ -76,6 +82,10 @@ pub struct Metrics {
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API
     /// group (what Machine rules and EK pins can see).
     pub cached_machines: Family<ApiLabels, Gauge>,
+    /// `nodeauth_approver_subject_access_reviews_total{answered}`: SubjectAccessReview answers
+    /// the policy read, `answered="api"` (asked) or `"cache"` (an allowed answer younger than
+    /// `--sar-cache-ttl`).
+    pub sars: Family<SarLabels, Counter>,
     /// The `cluster` label of this view's samples: the workload cluster (`namespace/name`) in
     /// management-cluster mode, empty for the cluster the approver runs in.
     pub cluster: String,
@@ -100,6 +110,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one SubjectAccessReview answer the policy read (`from_cache`: remembered).
+    pub fn sar_asked(&self, from_cache: bool) {
+        self.sars
+            .get_or_create(&SarLabels {
+                cluster: self.cluster.clone(),
+                answered: if from_cache { "cache" } else { "api" },
+            })
+            .inc();
+    }
+
     pub fn register(registry: &nodeauth_runtime::Metrics) -> Self {
         let m = Metrics {
             decisions: Family::default(),
@@ -109,8 +129,14 @@ impl Metrics {
             oldest_pending: Family::default(),
             left_alone: Family::default(),
             cached_machines: Family::default(),
+            sars: Family::default(),
             cluster: String::new(),
         };
+        registry.register(
+            "nodeauth_approver_subject_access_reviews",
+            "SubjectAccessReview answers policies read, by where the answer came from (api, or cache: an allowed answer younger than --sar-cache-ttl)",
+            m.sars.clone(),
+        );
         registry.register(
             "nodeauth_approver_cached_machines",
             "Machines in the approver's cache, by API group",

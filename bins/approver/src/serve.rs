@@ -37,6 +37,8 @@ pub struct Common {
     pub service_cidrs: Vec<nodeauth_policy::Cidr>,
     pub dry_run: bool,
     pub node_wait: Duration,
+    /// Allowed SubjectAccessReview answers (`--sar-cache-ttl`), one cache per served cluster.
+    pub sar_cache_ttl: Duration,
 }
 
 /// One cluster to serve: where its CSRs, Nodes, SubjectAccessReviews, reservations and Events
@@ -164,6 +166,9 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         cluster: cluster.clone(),
         reservations,
         common_names: decide::CommonNames::default(),
+        sar_cache: Arc::new(nodeauth_k8s::access::AllowedCache::new(
+            common.sar_cache_ttl,
+        )),
     });
     // The pending gauges describe one cluster; with several, each would overwrite the others.
     if cluster_name.is_empty() {

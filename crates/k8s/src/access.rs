@@ -15,7 +15,9 @@
 //! assert_eq!(review.spec.uid, None);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -78,6 +80,110 @@ pub async fn may(
     api.create(&PostParams::default(), &requester.review(resource))
         .await
         .map(|r| r.status.is_some_and(|s| s.allowed))
+}
+
+/// Allowed answers of [`may`], remembered for a short time: a burst of CSRs from one requester
+/// (every node of a fleet that joins with one bootstrap token) costs one SubjectAccessReview
+/// per `ttl` instead of one each.
+///
+/// Only "allowed" is remembered. A permission taken away is therefore honoured at most `ttl`
+/// late; one granted is honoured at once; errors are never remembered. (kube-apiserver's own
+/// webhook authorizer remembers allowed answers for 5 minutes and denied ones for 30 seconds by
+/// default.) A zero `ttl` remembers nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use nodeauth_k8s::access::AllowedCache;
+///
+/// let cache = AllowedCache::new(Duration::from_secs(5));
+/// assert_eq!(cache.ttl(), Duration::from_secs(5));
+/// assert_eq!(cache.len(), 0);
+/// ```
+#[derive(Debug)]
+pub struct AllowedCache {
+    ttl: Duration,
+    allowed: Mutex<HashMap<String, Instant>>,
+}
+
+/// Answers remembered before the oldest are dropped (distinct requester and resource pairs).
+const MAX_ALLOWED: usize = 10_000;
+
+impl AllowedCache {
+    /// A cache that remembers an allowed answer for `ttl`.
+    #[must_use]
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            allowed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// How long an allowed answer is remembered.
+    #[must_use]
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Answers remembered now (expired ones included until they are next looked up).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.allowed.lock().map_or(0, |m| m.len())
+    }
+
+    /// Whether nothing is remembered.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`may`], answered from memory when the same question was allowed less than `ttl` ago.
+    /// The second value is true when the answer came from memory.
+    ///
+    /// # Errors
+    /// As [`may`] (never remembered).
+    pub async fn may(
+        &self,
+        client: &kube::Client,
+        requester: &Requester,
+        resource: ResourceAttributes,
+    ) -> Result<(bool, bool), kube::Error> {
+        if self.ttl.is_zero() {
+            return may(client, requester, resource).await.map(|a| (a, false));
+        }
+        let review = requester.review(resource);
+        // The whole question (user, uid, groups, extra, verb, group, resource, subresource) is
+        // the key; serde_json writes a struct's fields in one order, and maps sorted.
+        let key = serde_json::to_string(&review.spec).unwrap_or_default();
+        let now = Instant::now();
+        if let Ok(mut map) = self.allowed.lock() {
+            match map.get(&key) {
+                Some(at) if now.saturating_duration_since(*at) < self.ttl => {
+                    return Ok((true, true));
+                }
+                Some(_) => {
+                    map.remove(&key);
+                }
+                None => {}
+            }
+        }
+        let api: Api<SubjectAccessReview> = Api::all(client.clone());
+        let allowed = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map(|r| r.status.is_some_and(|s| s.allowed))?;
+        if allowed && let Ok(mut map) = self.allowed.lock() {
+            if map.len() >= MAX_ALLOWED {
+                let ttl = self.ttl;
+                map.retain(|_, at| now.saturating_duration_since(*at) < ttl);
+                if map.len() >= MAX_ALLOWED {
+                    map.clear();
+                }
+            }
+            // Remembered from when it was asked, not answered: never longer than ttl.
+            map.insert(key, now);
+        }
+        Ok((allowed, false))
+    }
 }
 
 #[cfg(test)]
