@@ -358,7 +358,12 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
     ctx.proxy.set_mode(ProxyMode::Pass);
     ctx.agents.set_mode(ProxyMode::Pass);
 
-    let mut approver_args = vec!["--attestation-provider=insecure".to_owned()];
+    // One Event per decision and certificate (not the default summaries): the recovery times
+    // and the woken-leader check read them per CSR.
+    let mut approver_args = vec![
+        "--attestation-provider=insecure".to_owned(),
+        "--events=all".to_owned(),
+    ];
     if fault == Fault::PolicyStricter {
         // Policy files are read once; a policy replaced at runtime is a NodeAuthPolicy.
         let none = cp.dir().join("unused-policy.yaml");
@@ -383,7 +388,7 @@ async fn one(ctx: &Ctx<'_>, fault: Fault) -> Result<Row> {
             replicas: 2,
             server: Some(ctx.proxy.url()),
             approver_args,
-            signer_args: vec![],
+            signer_args: vec!["--events=all".to_owned()],
             bin_dir: Some(ctx.bin_dir.clone()),
             tag: tag.clone(),
         },

@@ -642,8 +642,10 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
          Time: first create → last certificate seen by its agent. Per node: create → its \
          certificate seen. CPU-s: utime+stime of the controller processes during the run \
          (nodeauth: approver + signer; KCM: its one process); RSS: their peak resident set \
-         (VmHWM). nodeauth runs leader-elected under its deploy/ RBAC, writes an Event per \
-         decision and verifies each CSR's signature in both the approver and the signer. Full \
+         (VmHWM). nodeauth runs leader-elected under its deploy/ RBAC with its default \
+         `--events=summary` (a Warning Event per refusal, routine decisions counted in one \
+         Event series per reason) and verifies each CSR's signature in both the approver and \
+         the signer. Full \
          policy: benches/storm-policy.yaml (the approver's Node inventory, a \
          SubjectAccessReview per CSR, key algorithm, SAN count, dedup, `insecure` attestation). \
          KCM tuned: `--kube-api-qps={} --kube-api-burst={}` (kube-rs has no client-side rate \

@@ -76,11 +76,14 @@ pub struct ControllerArgs {
     #[arg(long, env = "NODEAUTH_WORKERS", value_name = "N", default_value_t = 64)]
     pub workers: u16,
 
-    /// Which Events to publish: `all` (every decision and action, `Normal` and `Warning`), or
-    /// `warnings` only (refusals and failures — what needs a person). The CSR's own conditions
-    /// and status record every decision either way; at join-storm scale the routine Events are
-    /// two more API writes per node (`cargo xtask bench storm` measures both).
-    #[arg(long, env = "NODEAUTH_EVENTS", value_enum, default_value_t = EventsMode::All)]
+    /// Which Events to publish. `summary`: every refusal and failure as a `Warning` Event about
+    /// its object, and routine work (approved, issued) as one `Normal` Event series per reason
+    /// about this controller's Lease, its count updated at most every 10 s
+    /// (`kubectl events -n <namespace> --for lease/<lease>`). `all`: also one `Normal` Event
+    /// per object. `warnings`: the refusals and failures only. A CSR's own conditions and
+    /// status explain every decision either way; at join-storm scale per-object routine Events
+    /// are one more API write per node for each controller (`cargo xtask bench storm`).
+    #[arg(long, env = "NODEAUTH_EVENTS", value_enum, default_value_t = EventsMode::Summary)]
     pub events: EventsMode,
 
     /// Run the controller only while holding a coordination.k8s.io/v1 Lease.
@@ -218,7 +221,9 @@ impl ControllerArgs {
 /// Which Events a controller publishes (`--events`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EventsMode {
-    /// `Normal` and `Warning` Events.
+    /// `Warning` Events per object; `Normal` ones folded into a series per reason.
+    Summary,
+    /// `Normal` and `Warning` Events, one per object.
     All,
     /// `Warning` Events only.
     Warnings,

@@ -1,5 +1,9 @@
 //! Publishing Kubernetes Events (events.k8s.io/v1) about the objects a controller acts on.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -34,6 +38,31 @@ pub struct EventPublisher {
     reporter: Reporter,
     warnings_only: bool,
     leader: Option<crate::leader::LeaderStatus>,
+    summary: Option<Arc<Summary>>,
+}
+
+/// Routine Events folded into one Event series per reason and action
+/// ([`EventPublisher::summarize_routine`]).
+struct Summary {
+    regarding: ObjectReference,
+    period: Duration,
+    series: Mutex<BTreeMap<(String, String), Series>>,
+    /// Set once the task that writes the series runs.
+    flusher: OnceLock<()>,
+}
+
+/// One reason and action's occurrences.
+#[derive(Default)]
+struct Series {
+    /// Occurrences not written yet.
+    pending: i32,
+    /// Occurrences the Event counts.
+    written: i32,
+    /// The latest occurrence not written yet: the object it was about and its note (the
+    /// note of a new series' Event).
+    latest: String,
+    /// The Event that holds the series, once created.
+    event: Option<String>,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -66,7 +95,29 @@ impl EventPublisher {
             reporter,
             warnings_only: false,
             leader: None,
+            summary: None,
         }
+    }
+
+    /// Publish `Normal` (routine) Events as summaries: per reason and action, one Event about
+    /// `regarding` (the controller's own Lease, say) whose `series.count` grows with every
+    /// occurrence, written at most once per `period` — instead of one new Event per object,
+    /// which at join-storm scale is one more API write per node for each controller.
+    /// `Warning` Events stay one per object: they are what needs a person. Each decision is
+    /// explained on the object itself (a CSR's conditions) either way.
+    ///
+    /// The summary's note names the first object and its note. Occurrences not yet written
+    /// when every clone of the publisher is dropped are not written. Needs RBAC `create` and
+    /// `patch` on `events.k8s.io/events` in `regarding`'s namespace.
+    #[must_use]
+    pub fn summarize_routine(mut self, regarding: ObjectReference, period: Duration) -> Self {
+        self.summary = Some(Arc::new(Summary {
+            regarding,
+            period: period.max(Duration::from_millis(10)),
+            series: Mutex::new(BTreeMap::new()),
+            flusher: OnceLock::new(),
+        }));
+        self
     }
 
     /// Publish only while `leader` leads; otherwise Events are dropped. A leader paused past
@@ -158,6 +209,20 @@ impl EventPublisher {
             tracing::debug!(reason, "not leading (any more): the Event is not published");
             return Ok(());
         }
+        if severity == Severity::Normal
+            && let Some(summary) = &self.summary
+        {
+            summary.record(regarding, reason, action, note);
+            summary.flusher.get_or_init(|| {
+                tokio::spawn(flush_summaries(
+                    Arc::downgrade(summary),
+                    self.client.clone(),
+                    self.reporter.clone(),
+                    self.leader.clone(),
+                ));
+            });
+            return Ok(());
+        }
         let publish_err = |source| EventError::Publish {
             reason: reason.to_owned(),
             source,
@@ -226,6 +291,191 @@ impl EventPublisher {
             .create(&kube::api::PostParams::default(), &object)
             .await
             .map(|_| ())
+    }
+}
+
+impl Summary {
+    fn record(&self, about: &ObjectReference, reason: &str, action: &str, note: &str) {
+        let Ok(mut series) = self.series.lock() else {
+            return;
+        };
+        let entry = series
+            .entry((reason.to_owned(), action.to_owned()))
+            .or_default();
+        entry.pending = entry.pending.saturating_add(1);
+        entry.latest = format!(
+            "{} {}: {note}",
+            about.kind.as_deref().unwrap_or("object"),
+            about.name.as_deref().unwrap_or_default()
+        );
+    }
+
+    /// Writes every series with new occurrences: creates its Event, or patches its count.
+    /// A write that fails is tried again with the next occurrences.
+    async fn flush(
+        &self,
+        client: &kube::Client,
+        reporter: &Reporter,
+        leader: Option<&crate::leader::LeaderStatus>,
+    ) {
+        // (reason, action), new occurrences, occurrences written, latest, the Event's name.
+        type Due = ((String, String), i32, i32, String, Option<String>);
+        let due: Vec<Due> = {
+            let Ok(mut series) = self.series.lock() else {
+                return;
+            };
+            series
+                .iter_mut()
+                .filter(|(_, s)| s.pending > 0)
+                .map(|(k, s)| {
+                    let pending = std::mem::take(&mut s.pending);
+                    (
+                        k.clone(),
+                        pending,
+                        s.written,
+                        s.latest.clone(),
+                        s.event.clone(),
+                    )
+                })
+                .collect()
+        };
+        // A leader paused past its renew deadline writes nothing on waking.
+        if due.is_empty() || leader.is_some_and(|l| !l.is_leader()) {
+            return;
+        }
+        for ((reason, action), pending, written, latest, event) in due {
+            let count = written.saturating_add(pending);
+            // An Event's note cannot change (the API refuses it): it tells what is counted
+            // and names the first occurrence; `series` counts them all.
+            let note = truncate_note(&format!(
+                "every {reason} is counted in this Event's series (count, lastObservedTime), \
+                 written at most every {} s; e.g. {latest}",
+                self.period.as_secs_f64()
+            ));
+            let result = match &event {
+                Some(name) => self.patch(client, name, count).await.map(|()| None),
+                None => self
+                    .create(client, reporter, &reason, &action, count, &note)
+                    .await
+                    .map(Some),
+            };
+            let Ok(mut series) = self.series.lock() else {
+                return;
+            };
+            let entry = series.entry((reason.clone(), action)).or_default();
+            match result {
+                Ok(created) => {
+                    entry.written = count;
+                    if let Some(name) = created {
+                        entry.event = Some(name);
+                    }
+                }
+                Err(e) => {
+                    // Gone (Events expire, an hour by default): a new series next time.
+                    if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                        entry.event = None;
+                        entry.written = 0;
+                    }
+                    entry.pending = entry.pending.saturating_add(pending);
+                    tracing::warn!(reason, error = %e, "writing a summary Event (tried again later)");
+                }
+            }
+        }
+    }
+
+    async fn create(
+        &self,
+        client: &kube::Client,
+        reporter: &Reporter,
+        reason: &str,
+        action: &str,
+        count: i32,
+        note: &str,
+    ) -> Result<String, kube::Error> {
+        use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let namespace = self
+            .regarding
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let now = MicroTime(jiff::Timestamp::now());
+        let object = K8sEvent {
+            metadata: kube::api::ObjectMeta {
+                generate_name: Some(format!(
+                    "{}-",
+                    dns_safe(self.regarding.name.as_deref().unwrap_or_default())
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            action: Some(action.to_owned()),
+            reason: Some(reason.to_owned()),
+            note: Some(note.to_owned()),
+            event_time: Some(now.clone()),
+            // The API wants a series to count at least two occurrences.
+            series: (count > 1).then_some(EventSeries {
+                count,
+                last_observed_time: now,
+            }),
+            regarding: Some(self.regarding.clone()),
+            reporting_controller: Some(reporter.controller.clone()),
+            reporting_instance: Some(
+                reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| reporter.controller.clone()),
+            ),
+            type_: Some("Normal".to_owned()),
+            ..Default::default()
+        };
+        kube::Api::<K8sEvent>::namespaced(client.clone(), &namespace)
+            .create(&kube::api::PostParams::default(), &object)
+            .await
+            .map(|e| e.metadata.name.unwrap_or_default())
+    }
+
+    async fn patch(
+        &self,
+        client: &kube::Client,
+        name: &str,
+        count: i32,
+    ) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        let namespace = self.regarding.namespace.as_deref().unwrap_or("default");
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+        let patch = serde_json::json!({
+            "series": {"count": count, "lastObservedTime": now},
+        });
+        kube::Api::<K8sEvent>::namespaced(client.clone(), namespace)
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Writes a publisher's summaries every period until every clone of it is dropped.
+async fn flush_summaries(
+    summary: Weak<Summary>,
+    client: kube::Client,
+    reporter: Reporter,
+    leader: Option<crate::leader::LeaderStatus>,
+) {
+    let Some(period) = summary.upgrade().map(|s| s.period) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(summary) = summary.upgrade() else {
+            return;
+        };
+        summary.flush(&client, &reporter, leader.as_ref()).await;
     }
 }
 

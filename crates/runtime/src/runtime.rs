@@ -12,6 +12,9 @@ use crate::health::Health;
 use crate::leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 use crate::metrics::Metrics;
 use crate::server::{ServerConfig, Servers};
+
+/// How often `--events=summary` writes its series (at most).
+const SUMMARY_PERIOD: Duration = Duration::from_secs(10);
 use crate::shutdown::Shutdown;
 
 /// A controller's process plumbing: Kubernetes client, metrics registry, health state,
@@ -137,13 +140,30 @@ impl ControllerRuntime {
     /// leads (see [`EventPublisher::while_leading`]).
     #[must_use]
     pub fn events(&self) -> EventPublisher {
-        EventPublisher::new(
+        let publisher = EventPublisher::new(
             self.client.clone(),
             &format!("nodeauth-{}", self.name),
             &self.election.identity,
         )
-        .warnings_only(self.events == crate::args::EventsMode::Warnings)
-        .while_leading(self.leader_status.clone())
+        .warnings_only(self.events == crate::args::EventsMode::Warnings);
+        let publisher = if self.events == crate::args::EventsMode::Summary {
+            publisher.summarize_routine(self.lease_reference(), SUMMARY_PERIOD)
+        } else {
+            publisher
+        };
+        publisher.while_leading(self.leader_status.clone())
+    }
+
+    /// This controller's Lease (whether or not leader election runs), what summary Events
+    /// are about.
+    fn lease_reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".to_owned()),
+            kind: Some("Lease".to_owned()),
+            name: Some(self.election.lease_name.clone()),
+            namespace: Some(self.election.namespace.clone()),
+            ..Default::default()
+        }
     }
 
     /// [`events`](Self::events) for other clusters: a maker of publishers that write into the
