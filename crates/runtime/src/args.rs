@@ -311,7 +311,8 @@ mod tests {
     #[test]
     fn defaults() {
         let a = parse(&[]).unwrap();
-        assert_eq!(a.events, EventsMode::All);
+        assert_eq!(a.events, EventsMode::Summary);
+        assert_eq!(parse(&["--events=all"]).unwrap().events, EventsMode::All);
         assert_eq!(
             parse(&["--events=warnings"]).unwrap().events,
             EventsMode::Warnings
