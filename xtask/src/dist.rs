@@ -61,6 +61,11 @@ pub(crate) struct DistArgs {
 /// through cargo-auditable (so each carries its dependency list in a `.dep-v0` section), with
 /// the `dist` profile, and returns the directory they are in (`<target dir>/<target>/dist`).
 /// Installs what it needs first: the rustup target, cargo-auditable (cached by version).
+///
+/// Every one of [`BINARIES`] is built, whichever `bins` asks for: cargo unifies features over
+/// the packages of one build, so another selection (the four controllers for the images, the
+/// agent alone for its package) would compile the shared crates again — minutes each on a cold
+/// CI run — and ship binaries that differ from the release's.
 pub(crate) fn static_binaries(target: &str, bins: &[&str]) -> Result<PathBuf> {
     if !target.ends_with("-linux-musl") {
         bail!("{target}: only *-linux-musl targets build static binaries");
@@ -78,7 +83,7 @@ pub(crate) fn static_binaries(target: &str, bins: &[&str]) -> Result<PathBuf> {
         "--target",
         target,
     ]);
-    for b in bins {
+    for b in BINARIES {
         c.args(["-p", b]);
     }
     let env_target = target.to_uppercase().replace('-', "_");
@@ -112,7 +117,7 @@ pub(crate) fn static_binaries(target: &str, bins: &[&str]) -> Result<PathBuf> {
     run_step(
         &format!(
             "cargo auditable build --profile {PROFILE} --target {target}: {}",
-            bins.join(", ")
+            BINARIES.join(", ")
         ),
         c,
     )?;
