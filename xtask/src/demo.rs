@@ -647,7 +647,10 @@ async fn demo(state: &Path) -> Result<()> {
     );
     println!("  kubectl get csr -o yaml | grep -A3 'type: Denied'  # the impostor's");
     println!(
-        "  kubectl events -n default                        # Approved / Denied / issued events"
+        "  kubectl events -n default                        # the Denied Warning, about its CSR"
+    );
+    println!(
+        "  kubectl events -n nodeauth-system                # routine work: one series per reason"
     );
     println!("  ls -l {}", node_dir.join("pki").display());
     println!(
