@@ -76,8 +76,13 @@ pub async fn may(
     requester: &Requester,
     resource: ResourceAttributes,
 ) -> Result<bool, kube::Error> {
+    ask(client, &requester.review(resource)).await
+}
+
+/// Creates `review` and returns its answer.
+async fn ask(client: &kube::Client, review: &SubjectAccessReview) -> Result<bool, kube::Error> {
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
-    api.create(&PostParams::default(), &requester.review(resource))
+    api.create(&PostParams::default(), review)
         .await
         .map(|r| r.status.is_some_and(|s| s.allowed))
 }
@@ -147,13 +152,14 @@ impl AllowedCache {
         requester: &Requester,
         resource: ResourceAttributes,
     ) -> Result<(bool, bool), kube::Error> {
-        if self.ttl.is_zero() {
-            return may(client, requester, resource).await.map(|a| (a, false));
-        }
         let review = requester.review(resource);
         // The whole question (user, uid, groups, extra, verb, group, resource, subresource) is
-        // the key; serde_json writes a struct's fields in one order, and maps sorted.
-        let key = serde_json::to_string(&review.spec).unwrap_or_default();
+        // the key; serde_json writes a struct's fields in one order, and maps sorted. Without a
+        // key (never expected), nothing is remembered rather than questions sharing one.
+        let key = match serde_json::to_string(&review.spec) {
+            Ok(key) if !self.ttl.is_zero() => key,
+            _ => return ask(client, &review).await.map(|a| (a, false)),
+        };
         let now = Instant::now();
         if let Ok(mut map) = self.allowed.lock() {
             match map.get(&key) {
@@ -166,11 +172,7 @@ impl AllowedCache {
                 None => {}
             }
         }
-        let api: Api<SubjectAccessReview> = Api::all(client.clone());
-        let allowed = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map(|r| r.status.is_some_and(|s| s.allowed))?;
+        let allowed = ask(client, &review).await?;
         if allowed && let Ok(mut map) = self.allowed.lock() {
             if map.len() >= MAX_ALLOWED {
                 let ttl = self.ttl;
