@@ -54,41 +54,11 @@ pub struct Ctx {
     pub cluster: Arc<crate::cluster::Cluster>,
     /// Node-name reservations.
     pub reservations: Arc<crate::reservations::Reservations>,
-    /// Common names of CSRs by uid (a CSR's request never changes), so duplicate checks do
-    /// not parse every pending CSR again on every reconcile.
-    pub common_names: CommonNames,
+    /// Pending CSRs by common name, fed from the CSR watch: what the duplicate checks read
+    /// instead of walking the whole cache.
+    pub pending: Arc<crate::pending::PendingByName>,
     /// Allowed SubjectAccessReview answers, remembered for `--sar-cache-ttl`.
     pub sar_cache: Arc<nodeauth_k8s::access::AllowedCache>,
-}
-
-/// Common names of CSRs, by uid.
-#[derive(Default)]
-pub struct CommonNames(std::sync::Mutex<std::collections::HashMap<String, Option<String>>>);
-
-/// Common names remembered before the cache starts over.
-const MAX_COMMON_NAMES: usize = 100_000;
-
-impl CommonNames {
-    fn of(&self, csr: &CertificateSigningRequest) -> Option<String> {
-        let uid = csr.metadata.uid.as_deref().unwrap_or("");
-        if let Ok(map) = self.0.lock()
-            && let Some(cn) = map.get(uid)
-        {
-            return cn.clone();
-        }
-        let cn = nodeauth_csr::parse(&csr.spec.request.0)
-            .ok()
-            .and_then(|r| r.subject().common_name().map(str::to_owned));
-        if !uid.is_empty()
-            && let Ok(mut map) = self.0.lock()
-        {
-            if map.len() >= MAX_COMMON_NAMES {
-                map.clear();
-            }
-            map.insert(uid.to_owned(), cn.clone());
-        }
-        cn
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -399,8 +369,7 @@ async fn lookup(
     Ok(context)
 }
 
-/// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties). Borrowed: the
-/// dedup rules compare it against every CSR in the cache on each reconcile.
+/// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties).
 fn asked_at(csr: &CertificateSigningRequest) -> (Option<jiff::Timestamp>, &str) {
     (
         csr.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -415,17 +384,11 @@ fn newer_pending(csr: &CertificateSigningRequest, facts: &CsrFacts, ctx: &Ctx) -
     let Some(cn) = facts.common_name() else {
         return false;
     };
-    // `find` walks the cache under its read lock without copying it (`state()` clones a
-    // pointer per cached CSR, on every reconcile); the cheap comparisons come first.
-    ctx.csr_store
-        .find(|other| {
-            other.spec.signer_name == facts.signer_name
-                && other.spec.username.as_deref().unwrap_or("") == facts.username
-                && asked_at(other) > ours
-                && !csr_state(other).is_decided()
-                && ctx.common_names.of(other).as_deref() == Some(cn)
-        })
-        .is_some()
+    same_name_pending(cn, ctx).iter().any(|other| {
+        other.spec.signer_name == facts.signer_name
+            && other.spec.username.as_deref().unwrap_or("") == facts.username
+            && asked_at(other) > ours
+    })
 }
 
 /// The oldest pending CSR older than this one, covered by the same policy, that asks for the
@@ -438,21 +401,33 @@ fn older_pending_for_name(
 ) -> Option<String> {
     let ours = asked_at(csr);
     let cn = facts.common_name()?;
-    ctx.csr_store
-        .state_filter(|other| {
+    same_name_pending(cn, ctx)
+        .iter()
+        .filter(|other| {
             asked_at(other) < ours
                 && policy.covers_signer(&other.spec.signer_name)
                 && policy.requesters.covers(
                     other.spec.username.as_deref().unwrap_or(""),
                     other.spec.groups.as_deref().unwrap_or(&[]),
                 )
-                && !csr_state(other).is_decided()
-                && ctx.common_names.of(other).as_deref() == Some(cn)
         })
-        .iter()
         .map(|other| asked_at(other))
         .min()
         .map(|(_, name)| name.to_owned())
+}
+
+/// The CSRs in the cache that are pending and ask for common name `cn`: the index's candidates
+/// (`pending.rs`), each read back from the cache and checked again, so a stale index entry
+/// never counts.
+fn same_name_pending(cn: &str, ctx: &Ctx) -> Vec<Arc<CertificateSigningRequest>> {
+    ctx.pending
+        .candidates(cn)
+        .iter()
+        .filter_map(|name| ctx.csr_store.get(&ObjectRef::new(name)))
+        .filter(|other| {
+            !csr_state(other).is_decided() && ctx.pending.common_name(other).as_deref() == Some(cn)
+        })
+        .collect()
 }
 
 /// `signer`: the metric label ([`signer_label`]), not the CSR's signer name; `generation`: the

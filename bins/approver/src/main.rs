@@ -20,6 +20,7 @@ mod endpoint;
 mod inventory;
 mod lookups;
 mod metrics;
+mod pending;
 mod policies;
 mod reservations;
 mod serve;
@@ -35,7 +36,7 @@ use cli::{Cli, read_ticket_key};
 
 const CONTROLLER: &str = "approver";
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;

@@ -13,7 +13,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeauth_runtime::{
@@ -93,7 +92,8 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         watcher(
             leases,
             watcher::Config::default().labels(&format!("{}=true", reservations::LABEL)),
-        ),
+        )
+        .modify(|lease: &mut Lease| lease.metadata.managed_fields = None),
     )
     .default_backoff()
     .touched_objects()
@@ -110,20 +110,24 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         common.name_reservation_ttl,
     ));
     let registered = reservations.clone();
-    let drive_nodes =
-        reflector::reflector(node_writer, watcher(nodes_api, watcher::Config::default()))
-            .default_backoff()
-            .touched_objects()
-            .for_each(move |r| {
-                let reservations = registered.clone();
-                async move {
-                    match r {
-                        // A registered Node releases its name's reservation once it is gone.
-                        Ok(node) => reservations.node_registered(&node.name_any()).await,
-                        Err(e) => tracing::warn!(error = %e, "watching nodes"),
-                    }
-                }
-            });
+    let drive_nodes = reflector::reflector(
+        node_writer,
+        // A Node's managedFields are a good part of it; nothing here reads them.
+        watcher(nodes_api, watcher::Config::default())
+            .modify(|node: &mut Node| node.metadata.managed_fields = None),
+    )
+    .default_backoff()
+    .touched_objects()
+    .for_each(move |r| {
+        let reservations = registered.clone();
+        async move {
+            match r {
+                // A registered Node releases its name's reservation once it is gone.
+                Ok(node) => reservations.node_registered(&node.name_any()).await,
+                Err(e) => tracing::warn!(error = %e, "watching nodes"),
+            }
+        }
+    });
     let (cluster, drive_cluster) = crate::cluster::Cluster::start(
         &client,
         common.service_cidrs.clone(),
@@ -139,7 +143,15 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         rx.changed().await.ok()?;
         Some(((), rx))
     });
-    let controller = Controller::new(csrs.clone(), watcher::Config::default())
+    // The CSR cache, and beside it the index of pending CSRs by common name (the duplicate
+    // rules' lookups): each watch event is applied to the cache, then filed in the index, then
+    // triggers its reconcile, so neither is ever behind the reconcile's view.
+    let pending = Arc::new(crate::pending::PendingByName::default());
+    let filed = pending.clone();
+    let controller =
+        nodeauth_runtime::cached_controller(csrs.clone(), watcher::Config::default(), move |e| {
+            filed.apply(e);
+        })
         .with_config(common.controller_config.clone())
         .reconcile_all_on(policy_changes);
     let mut registry = nodeauth_csr::SignerRegistry::builtin();
@@ -165,7 +177,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         ),
         cluster: cluster.clone(),
         reservations,
-        common_names: decide::CommonNames::default(),
+        pending,
         sar_cache: Arc::new(nodeauth_k8s::access::AllowedCache::new(
             common.sar_cache_ttl,
         )),
