@@ -26,7 +26,6 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use kube::runtime::controller::Controller;
 use kube::runtime::watcher;
 use nodeauth_issuer::IssuePolicy;
 use nodeauth_issuer::gc::GcThresholds;
@@ -38,7 +37,7 @@ use cas::{ClientTrusted, Slot, Slots};
 use cli::{Cli, Mode, threshold};
 use controller::{CONTROLLER, Ctx, SignerMetrics, ca_loop, error_policy, reconcile};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
@@ -218,8 +217,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bundle_ns,
             stop.clone(),
         );
-        let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
-            .with_config(cli.runtime.controller_config());
+        let controller = nodeauth_runtime::cached_controller(
+            ctx.csrs.clone(),
+            watcher::Config::default(),
+            |_| {},
+        )
+        .with_config(cli.runtime.controller_config());
         let run = run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop);
         tokio::join!(run, cas);
         Ok::<(), std::convert::Infallible>(())

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
-use kube::runtime::controller::Controller;
 use kube::runtime::watcher;
 use nodeauth_issuer::IssuePolicy;
 use nodeauth_issuer::gc::GcThresholds;
@@ -160,8 +159,12 @@ impl Shared {
             ),
             leader: workload.leader.clone(),
         });
-        let controller = Controller::new(ctx.csrs.clone(), watcher::Config::default())
-            .with_config(self.controller_config.clone());
+        let controller = nodeauth_runtime::cached_controller(
+            ctx.csrs.clone(),
+            watcher::Config::default(),
+            |_| {},
+        )
+        .with_config(self.controller_config.clone());
         let serving = stop.child_token();
         let cas = ca_loop(
             workload.client.clone(),

@@ -5,9 +5,11 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryFuture};
+use futures::{StreamExt, TryFuture, TryStreamExt};
 use kube::Resource;
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller, Error};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
@@ -75,6 +77,46 @@ pub async fn run_controller<K, ReconcileFut, Ctx>(
             }
         });
     tokio::join!(synced, run);
+}
+
+/// A `Controller` on `api`, like `Controller::new(api, config)`, whose cache keeps less and lets
+/// the caller see each watch event first:
+///
+/// - each object's `metadata.managedFields` is dropped before it is cached (no controller reads
+///   them; on a CSR they are about a third of the object);
+/// - `on_event` sees every event after the cache applied it and before it triggers a reconcile,
+///   so an index the caller keeps beside the cache is never behind the reconcile's view of it.
+///
+/// ```no_run
+/// use k8s_openapi::api::core::v1::ConfigMap;
+/// use kube::runtime::watcher;
+///
+/// # fn f(client: kube::Client) {
+/// let api = kube::Api::<ConfigMap>::all(client);
+/// let controller = nodeauth_runtime::cached_controller(api, watcher::Config::default(), |event| {
+///     if let watcher::Event::Apply(cm) = event {
+///         assert!(cm.metadata.managed_fields.is_none());
+///     }
+/// });
+/// # }
+/// ```
+pub fn cached_controller<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> Controller<K>
+where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default + Debug + Unpin,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .inspect_ok(move |event| on_event(event))
+        .touched_objects();
+    Controller::for_stream(events, store)
 }
 
 /// Requeue the object `margin` after the instant `at` (an expiry, the end of a grace period):

@@ -85,7 +85,7 @@ pub mod workloads;
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
 pub use client::{kube_client, kube_config};
-pub use controller::{requeue_at, run_controller};
+pub use controller::{cached_controller, requeue_at, run_controller};
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };
