@@ -116,15 +116,17 @@ fn common_name(cert_pem: &str) -> Result<String> {
         .to_owned())
 }
 
-/// CSRs the floor approves and issues at once, like a controller's workers (the approver's and
-/// signer's `--workers` default). Unbounded, a mass scale-up (1,000 in flight) opened a
-/// connection per write and made the floor slower than the controllers it bounds.
+/// CSRs the floor approves at once, and certificates it issues at once, each from its own pool
+/// like two controllers' workers (the approver's and the signer's `--workers` default).
+/// Unbounded, a mass scale-up (1,000 in flight) opened a connection per write and made the floor
+/// slower than the controllers it bounds; one pool for both steps halved its concurrency.
 const FLOOR_WORKERS: usize = 64;
 
-/// The floor's controllers: every new client CSR is approved and issued at once, no checks, by
-/// at most [`FLOOR_WORKERS`] tasks.
+/// The floor's controllers: every new client CSR is approved at once, no checks, by at most
+/// [`FLOOR_WORKERS`] tasks; every approved one is issued at once by as many others.
 async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     use nodeauth_issuer::{CertificateAuthority, IssuePolicy, KeyType, OsRandomSerials};
+    use nodeauth_k8s::csr::CsrState;
     let now = jiff::Timestamp::now();
     let (ca, _) = CertificateAuthority::generate_self_signed(
         KeyType::P256,
@@ -136,7 +138,8 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     let usages = nodeauth_issuer::parse_usages(&["digital signature", "client auth"])?;
     let api: Api<CertificateSigningRequest> = Api::all(admin);
     let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
-    let workers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
+    let approvers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
+    let issuers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
     loop {
         let ev = tokio::select! {
             () = stop.wait() => return Ok(()),
@@ -146,53 +149,59 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
         let (watcher::Event::Apply(mut csr) | watcher::Event::InitApply(mut csr)) = ev? else {
             continue;
         };
-        // Approved, denied or failed already: nothing for the floor to do.
-        if nodeauth_k8s::csr::csr_state(&csr).is_decided() {
-            continue;
+        let name = csr.metadata.name.clone().unwrap_or_default();
+        match nodeauth_k8s::csr::csr_state(&csr) {
+            CsrState::Pending => {
+                let api = api.clone();
+                let permit = approvers.clone().acquire_owned().await?;
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        jiff::Timestamp::now(),
+                    );
+                    csr.status.get_or_insert_with(Default::default).conditions =
+                        Some(vec![CertificateSigningRequestCondition {
+                            type_: "Approved".into(),
+                            status: "True".into(),
+                            reason: Some("Floor".into()),
+                            message: Some("the storm floor approves everything".into()),
+                            last_update_time: Some(now.clone()),
+                            last_transition_time: Some(now),
+                        }]);
+                    let _ = api
+                        .replace_subresource("approval", &name, &PostParams::default(), &csr)
+                        .await;
+                });
+            }
+            CsrState::Approved => {
+                let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
+                let permit = issuers.clone().acquire_owned().await?;
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let Ok(parsed) = nodeauth_csr::parse(&csr.spec.request.0) else {
+                        return;
+                    };
+                    let Ok(issued) = nodeauth_issuer::issue(
+                        &ca,
+                        &parsed,
+                        &usages,
+                        None,
+                        &IssuePolicy::default(),
+                        jiff::Timestamp::now(),
+                        &mut OsRandomSerials,
+                    ) else {
+                        return;
+                    };
+                    csr.status.get_or_insert_with(Default::default).certificate =
+                        Some(k8s_openapi::ByteString(issued.pem.into_bytes()));
+                    let _ = api
+                        .replace_status(&name, &PostParams::default(), &csr)
+                        .await;
+                });
+            }
+            // Denied, failed or issued already: nothing for the floor to do.
+            _ => {}
         }
-        let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
-        let permit = workers.clone().acquire_owned().await?;
-        tokio::spawn(async move {
-            let _permit = permit;
-            let name = csr.metadata.name.clone().unwrap_or_default();
-            let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
-            csr.status.get_or_insert_with(Default::default).conditions =
-                Some(vec![CertificateSigningRequestCondition {
-                    type_: "Approved".into(),
-                    status: "True".into(),
-                    reason: Some("Floor".into()),
-                    message: Some("the storm floor approves everything".into()),
-                    last_update_time: Some(now.clone()),
-                    last_transition_time: Some(now),
-                }]);
-            let Ok(mut approved) = api
-                .replace_subresource("approval", &name, &PostParams::default(), &csr)
-                .await
-            else {
-                return;
-            };
-            let Ok(parsed) = nodeauth_csr::parse(&approved.spec.request.0) else {
-                return;
-            };
-            let Ok(issued) = nodeauth_issuer::issue(
-                &ca,
-                &parsed,
-                &usages,
-                None,
-                &IssuePolicy::default(),
-                jiff::Timestamp::now(),
-                &mut OsRandomSerials,
-            ) else {
-                return;
-            };
-            approved
-                .status
-                .get_or_insert_with(Default::default)
-                .certificate = Some(k8s_openapi::ByteString(issued.pem.into_bytes()));
-            let _ = api
-                .replace_status(&name, &PostParams::default(), &approved)
-                .await;
-        });
     }
 }
 
