@@ -147,7 +147,7 @@ impl ControlPlane {
             "--enable-admission-plugins=NodeRestriction".into(),
             "--disable-admission-plugins=ServiceAccount".into(),
             "--allow-privileged=true".into(),
-            "--profiling=false".into(),
+            "--profiling=true".into(),
         ];
         let apiserver = Process::start(
             "kube-apiserver",
