@@ -637,7 +637,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
         r,
         "N simulated agents (benches/src/bin/storm.rs: `nodeauth_agent::csr` — upstream's CSR \
          name, create, watch until issued; keys and requests prepared before the clock starts; \
-         at most {} in flight; one bootstrap token) against one etcd + kube-apiserver on \
+         at most {} in flight; one bootstrap token) against one etcd (data on tmpfs) + kube-apiserver on \
          127.0.0.1; all CSRs deleted and the controllers restarted between configurations. \
          Time: first create → last certificate seen by its agent. Per node: create → its \
          certificate seen. CPU-s: utime+stime of the controller processes during the run \
@@ -800,7 +800,74 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
             );
         }
     }
+    cost_curve(&mut r, results, counts);
     r
+}
+
+/// How each configuration's cost grows with N: per node, and the ratio of each per-node figure
+/// to the same configuration's at the previous N (1.00 = linear; above it, super-linear).
+fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
+    if counts.len() < 2 {
+        return;
+    }
+    let _ = writeln!(r);
+    let _ = writeln!(r, "## Cost per node as N grows");
+    let _ = writeln!(r);
+    let _ = writeln!(
+        r,
+        "Per node: time to all issued ÷ N, controller CPU ÷ N, peak RSS ÷ N, kube-apiserver CPU \
+         ÷ N. In brackets: that figure ÷ the same configuration's at the previous N (1.00 = the \
+         cost grows linearly with N; above 1, faster)."
+    );
+    let _ = writeln!(r);
+    let _ = writeln!(
+        r,
+        "| configuration | N | time/N | controller CPU/N | peak RSS | RSS/N | apiserver CPU/N |"
+    );
+    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|");
+    let mut configs: Vec<Config> = Vec::new();
+    for m in results {
+        if !configs.contains(&m.config) {
+            configs.push(m.config);
+        }
+    }
+    for config in configs {
+        let mut previous: Option<&Measured> = None;
+        for &n in counts {
+            let Some(m) = results.iter().find(|m| m.config == config && m.nodes == n) else {
+                continue;
+            };
+            let per = |v: f64, m: &Measured| v / m.nodes as f64;
+            let ratio = |now: f64, before: Option<f64>| {
+                before.map_or(String::new(), |b| {
+                    if b > 0.0 {
+                        format!(" ({:.2})", now / b)
+                    } else {
+                        String::new()
+                    }
+                })
+            };
+            let time = per(m.total_s, m) * 1e3;
+            let time_before = previous.map(|p| per(p.total_s, p) * 1e3);
+            let cpu = m.cpu().map(|c| per(c, m) * 1e3);
+            let cpu_before = previous.and_then(|p| p.cpu().map(|c| per(c, p) * 1e3));
+            let rss = m.rss().map(|v| per(v, m) * 1024.0);
+            let rss_before = previous.and_then(|p| p.rss().map(|v| per(v, p) * 1024.0));
+            let api = per(m.apiserver_cpu_s, m) * 1e3;
+            let api_before = previous.map(|p| per(p.apiserver_cpu_s, p) * 1e3);
+            let _ = writeln!(
+                r,
+                "| {} | {n} | {time:.2} ms{} | {} | {} | {} | {api:.2} ms{} |",
+                config.label(),
+                ratio(time, time_before),
+                cpu.map_or("—".into(), |c| format!("{c:.3} ms{}", ratio(c, cpu_before))),
+                m.rss().map_or("—".into(), |v| format!("{v:.0} MiB")),
+                rss.map_or("—".into(), |v| format!("{v:.1} KiB{}", ratio(v, rss_before))),
+                ratio(api, api_before),
+            );
+            previous = Some(m);
+        }
+    }
 }
 
 #[cfg(test)]
