@@ -817,14 +817,16 @@ fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
         r,
         "Per node: time to all issued ÷ N, controller CPU ÷ N, peak RSS ÷ N, kube-apiserver CPU \
          ÷ N. In brackets: that figure ÷ the same configuration's at the previous N (1.00 = the \
-         cost grows linearly with N; above 1, faster)."
+         cost grows linearly with N; above 1, faster). RSS per added node: the peak RSS's growth \
+         from the previous N ÷ the nodes added (what each further node costs in memory; RSS/N \
+         falls with N as the fixed part spreads)."
     );
     let _ = writeln!(r);
     let _ = writeln!(
         r,
-        "| configuration | N | time/N | controller CPU/N | peak RSS | RSS/N | apiserver CPU/N |"
+        "| configuration | N | time/N | controller CPU/N | peak RSS | RSS/N | RSS per added node | apiserver CPU/N |"
     );
-    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(r, "|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut configs: Vec<Config> = Vec::new();
     for m in results {
         if !configs.contains(&m.config) {
@@ -853,16 +855,28 @@ fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
             let cpu_before = previous.and_then(|p| p.cpu().map(|c| per(c, p) * 1e3));
             let rss = m.rss().map(|v| per(v, m) * 1024.0);
             let rss_before = previous.and_then(|p| p.rss().map(|v| per(v, p) * 1024.0));
+            let added = previous.and_then(|p| {
+                let (now, before) = (m.rss()?, p.rss()?);
+                let nodes = m.nodes.checked_sub(p.nodes).filter(|d| *d > 0)?;
+                Some((now - before) * 1024.0 / nodes as f64)
+            });
             let api = per(m.apiserver_cpu_s, m) * 1e3;
             let api_before = previous.map(|p| per(p.apiserver_cpu_s, p) * 1e3);
             let _ = writeln!(
                 r,
-                "| {} | {n} | {time:.2} ms{} | {} | {} | {} | {api:.2} ms{} |",
+                "| {} | {n} | {time:.2} ms{} | {} | {} | {} | {} | {api:.2} ms{} |",
                 config.label(),
                 ratio(time, time_before),
-                cpu.map_or("—".into(), |c| format!("{c:.3} ms{}", ratio(c, cpu_before))),
+                cpu.map_or("—".into(), |c| format!(
+                    "{c:.3} ms{}",
+                    ratio(c, cpu_before)
+                )),
                 m.rss().map_or("—".into(), |v| format!("{v:.0} MiB")),
-                rss.map_or("—".into(), |v| format!("{v:.1} KiB{}", ratio(v, rss_before))),
+                rss.map_or("—".into(), |v| format!(
+                    "{v:.1} KiB{}",
+                    ratio(v, rss_before)
+                )),
+                added.map_or("—".into(), |v| format!("{v:.1} KiB")),
                 ratio(api, api_before),
             );
             previous = Some(m);

@@ -148,12 +148,16 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     // triggers its reconcile, so neither is ever behind the reconcile's view.
     let pending = Arc::new(crate::pending::PendingByName::default());
     let filed = pending.clone();
-    let controller =
-        nodeauth_runtime::cached_controller(csrs.clone(), watcher::Config::default(), move |e| {
+    let controller = nodeauth_runtime::cached_controller(
+        csrs.clone(),
+        watcher::Config::default(),
+        trim,
+        move |e| {
             filed.apply(e);
-        })
-        .with_config(common.controller_config.clone())
-        .reconcile_all_on(policy_changes);
+        },
+    )
+    .with_config(common.controller_config.clone())
+    .reconcile_all_on(policy_changes);
     let mut registry = nodeauth_csr::SignerRegistry::builtin();
     registry.forbid_organizations(common.forbidden_groups.iter().cloned());
     let ctx = Arc::new(decide::Ctx {
@@ -247,5 +251,18 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         () = drive_cluster => tracing::error!(cluster = %cluster_name, "the servicecidr watch ended"),
         () = inventory.run() => tracing::error!(cluster = %cluster_name, "the machine/policy watches ended"),
         () = run_controller => {}
+    }
+}
+
+/// What the approver's cache keeps of a CSR once it is decided: a decided CSR is never decided
+/// again, nor a candidate of the duplicate rules (they read pending CSRs), nor counted as
+/// pending, so its request and certificate (a kilobyte or two each) are never read again.
+/// Kept: the name, signer, requester and conditions.
+fn trim(csr: &mut CertificateSigningRequest) {
+    if nodeauth_k8s::csr_state(csr).is_decided() {
+        csr.spec.request = k8s_openapi::ByteString(Vec::new());
+        if let Some(status) = csr.status.as_mut() {
+            status.certificate = None;
+        }
     }
 }

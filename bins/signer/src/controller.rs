@@ -160,6 +160,18 @@ fn facts(csr: &CertificateSigningRequest) -> CsrFacts {
     }
 }
 
+/// What the signer's cache keeps of a CSR it will never sign: the request of one issued, denied
+/// or failed (a kilobyte or two) is dropped. Kept: the conditions, the certificate (garbage
+/// collection reads its expiry), the name, signer and metadata the delete is conditioned on.
+pub fn trim(csr: &mut CertificateSigningRequest) {
+    if matches!(
+        csr_state(csr),
+        CsrState::Issued | CsrState::Denied | CsrState::Failed
+    ) {
+        csr.spec.request = k8s_openapi::ByteString(Vec::new());
+    }
+}
+
 pub async fn reconcile(
     csr: Arc<CertificateSigningRequest>,
     ctx: Arc<Ctx>,

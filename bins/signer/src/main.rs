@@ -220,6 +220,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let controller = nodeauth_runtime::cached_controller(
             ctx.csrs.clone(),
             watcher::Config::default(),
+            crate::controller::trim,
             |_| {},
         )
         .with_config(cli.runtime.controller_config());

@@ -162,6 +162,7 @@ impl Shared {
         let controller = nodeauth_runtime::cached_controller(
             ctx.csrs.clone(),
             watcher::Config::default(),
+            crate::controller::trim,
             |_| {},
         )
         .with_config(self.controller_config.clone());

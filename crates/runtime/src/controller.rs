@@ -83,9 +83,13 @@ pub async fn run_controller<K, ReconcileFut, Ctx>(
 /// the caller see each watch event first:
 ///
 /// - each object's `metadata.managedFields` is dropped before it is cached (no controller reads
-///   them; on a CSR they are about a third of the object);
+///   them; on a CSR they are about a third of the object), then `trim` drops whatever else the
+///   caller will never read of it (the request of a CSR decided long ago, say): the cache holds
+///   every object for as long as it exists, so at 10,000 objects each kilobyte is 10 MB;
 /// - `on_event` sees every event after the cache applied it and before it triggers a reconcile,
 ///   so an index the caller keeps beside the cache is never behind the reconcile's view of it.
+///
+/// The reconcile is handed the trimmed object: `trim` must leave all it reads.
 ///
 /// ```no_run
 /// use k8s_openapi::api::core::v1::ConfigMap;
@@ -93,16 +97,24 @@ pub async fn run_controller<K, ReconcileFut, Ctx>(
 ///
 /// # fn f(client: kube::Client) {
 /// let api = kube::Api::<ConfigMap>::all(client);
-/// let controller = nodeauth_runtime::cached_controller(api, watcher::Config::default(), |event| {
-///     if let watcher::Event::Apply(cm) = event {
-///         assert!(cm.metadata.managed_fields.is_none());
+/// // Only the keys are read: the values are dropped from the cache.
+/// let trim = |cm: &mut ConfigMap| {
+///     for value in cm.data.iter_mut().flat_map(|d| d.values_mut()) {
+///         value.clear();
 ///     }
-/// });
+/// };
+/// let controller =
+///     nodeauth_runtime::cached_controller(api, watcher::Config::default(), trim, |event| {
+///         if let watcher::Event::Apply(cm) = event {
+///             assert!(cm.metadata.managed_fields.is_none());
+///         }
+///     });
 /// # }
 /// ```
 pub fn cached_controller<K>(
     api: Api<K>,
     config: watcher::Config,
+    mut trim: impl FnMut(&mut K) + Send + 'static,
     mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> Controller<K>
 where
@@ -112,7 +124,10 @@ where
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
-        .modify(|obj: &mut K| obj.meta_mut().managed_fields = None)
+        .modify(move |obj: &mut K| {
+            obj.meta_mut().managed_fields = None;
+            trim(obj);
+        })
         .reflect(writer)
         .inspect_ok(move |event| on_event(event))
         .touched_objects();
