@@ -328,6 +328,14 @@ impl Attestation {
         self.outcomes.lock().ok()?.get(uid).cloned()
     }
 
+    /// Forgets the outcome remembered for CSR `uid` (once it is decided: it is never checked
+    /// again, and 10,000 decided CSRs would otherwise keep 10,000 outcomes).
+    pub fn forget(&self, uid: &str) {
+        if let Ok(mut map) = self.outcomes.lock() {
+            map.remove(uid);
+        }
+    }
+
     fn remember(&self, uid: &str, outcome: Result<AttestationSummary, String>) {
         if uid.is_empty() {
             return;

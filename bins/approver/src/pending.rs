@@ -23,6 +23,13 @@ pub struct CommonNames(Mutex<HashMap<String, Option<String>>>);
 const MAX_COMMON_NAMES: usize = 100_000;
 
 impl CommonNames {
+    /// Forgets CSR `uid`'s common name (once it is decided or deleted).
+    fn forget(&self, uid: &str) {
+        if let Ok(mut map) = self.0.lock() {
+            map.remove(uid);
+        }
+    }
+
     /// The subject common name `csr` asks for (None if it has none or does not parse).
     pub fn of(&self, csr: &CertificateSigningRequest) -> Option<String> {
         let uid = csr.metadata.uid.as_deref().unwrap_or("");
@@ -85,6 +92,8 @@ impl PendingByName {
         match event {
             Event::Apply(csr) | Event::InitApply(csr) => self.observe(csr),
             Event::Delete(csr) => {
+                self.common_names
+                    .forget(csr.metadata.uid.as_deref().unwrap_or(""));
                 if let (Some(name), Ok(mut index)) =
                     (csr.metadata.name.as_deref(), self.index.lock())
                 {
@@ -100,6 +109,9 @@ impl PendingByName {
             return;
         };
         let cn = if csr_state(csr).is_decided() {
+            // Never a candidate again: its common name is not needed any more.
+            self.common_names
+                .forget(csr.metadata.uid.as_deref().unwrap_or(""));
             None
         } else {
             self.common_names.of(csr)

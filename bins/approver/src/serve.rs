@@ -148,12 +148,24 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     // triggers its reconcile, so neither is ever behind the reconcile's view.
     let pending = Arc::new(crate::pending::PendingByName::default());
     let filed = pending.clone();
+    let outcomes = attestation.clone();
     let controller = nodeauth_runtime::cached_controller(
         csrs.clone(),
         watcher::Config::default(),
         trim,
         move |e| {
             filed.apply(e);
+            // A decided (or deleted) CSR's attestation outcome is never read again.
+            let done = match e {
+                watcher::Event::Apply(csr) if nodeauth_k8s::csr_state(csr).is_decided() => {
+                    Some(csr)
+                }
+                watcher::Event::Delete(csr) => Some(csr),
+                _ => None,
+            };
+            if let Some(csr) = done {
+                outcomes.forget(csr.metadata.uid.as_deref().unwrap_or(""));
+            }
         },
     )
     .with_config(common.controller_config.clone())
