@@ -19,7 +19,11 @@ use crate::error::ClientError;
 pub async fn kube_client(args: &ControllerArgs) -> Result<kube::Client, ClientError> {
     let config = kube_config(args).await?;
     tracing::debug!(cluster_url = %config.cluster_url, namespace = %config.default_namespace, "kubernetes client configured");
-    kube::Client::try_from(config).map_err(ClientError::Build)
+    if args.kube_api_http2 {
+        crate::http2::http2_client(config).map_err(ClientError::Build)
+    } else {
+        kube::Client::try_from(config).map_err(ClientError::Build)
+    }
 }
 
 /// The client configuration [`kube_client`] builds its client from: where kube-apiserver is

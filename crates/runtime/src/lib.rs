@@ -74,6 +74,7 @@ mod controller;
 mod error;
 mod events;
 mod health;
+mod http2;
 pub mod leader;
 mod logging;
 pub mod metrics;
@@ -91,6 +92,7 @@ pub use error::{
 };
 pub use events::{EventPublisher, EventsIn, Severity};
 pub use health::{Health, ReadinessGate};
+pub use http2::http2_client;
 pub use leader::{LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipOutcome};
 pub use logging::init_logging;
 pub use metrics::{Metrics, ReconcileMetrics, ReconcileResult, ReconcileTimer};
