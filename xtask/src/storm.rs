@@ -52,7 +52,7 @@ pub struct StormArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "nodeauth-kcm,nodeauth-full,nodeauth-full-warnings,kcm-default,kcm-tuned,floor"
+        default_value = "nodeauth-kcm,nodeauth-full,nodeauth-full-warnings,nodeauth-kcm-http2,nodeauth-full-http2,kcm-default,kcm-tuned,floor"
     )]
     configs: Vec<Config>,
     /// Where to write the Markdown report.
@@ -80,6 +80,8 @@ impl StormArgs {
                 Config::NodeauthKcm,
                 Config::NodeauthFull,
                 Config::NodeauthFullWarnings,
+                Config::NodeauthKcmHttp2,
+                Config::NodeauthFullHttp2,
                 Config::KcmDefault,
                 Config::KcmTuned,
                 Config::Floor,
@@ -95,6 +97,10 @@ enum Config {
     NodeauthFull,
     /// The full policy with `--events=warnings` on both controllers.
     NodeauthFullWarnings,
+    /// The kcm preset with `--kube-api-http2=true` on both controllers.
+    NodeauthKcmHttp2,
+    /// The full policy with `--kube-api-http2=true` on both controllers.
+    NodeauthFullHttp2,
     KcmDefault,
     KcmTuned,
     Floor,
@@ -106,6 +112,8 @@ impl Config {
             Config::NodeauthKcm => "nodeauth, kcm preset",
             Config::NodeauthFull => "nodeauth, full policy",
             Config::NodeauthFullWarnings => "nodeauth, full policy, --events=warnings",
+            Config::NodeauthKcmHttp2 => "nodeauth, kcm preset, --kube-api-http2",
+            Config::NodeauthFullHttp2 => "nodeauth, full policy, --kube-api-http2",
             Config::KcmDefault => "KCM defaults",
             Config::KcmTuned => "KCM tuned",
             Config::Floor => "floor (no controller)",
@@ -309,8 +317,13 @@ async fn one(
     let mut kcm = None;
     let policy = workspace_root().join("benches/storm-policy.yaml");
     match config {
-        Config::NodeauthKcm | Config::NodeauthFull | Config::NodeauthFullWarnings => {
-            let (policy, approver_args) = if config == Config::NodeauthKcm {
+        Config::NodeauthKcm
+        | Config::NodeauthFull
+        | Config::NodeauthFullWarnings
+        | Config::NodeauthKcmHttp2
+        | Config::NodeauthFullHttp2 => {
+            let kcm_preset = matches!(config, Config::NodeauthKcm | Config::NodeauthKcmHttp2);
+            let (policy, approver_args) = if kcm_preset {
                 // The harness always passes --policy: one covering no signer in use, so the
                 // preset decides every storm CSR.
                 let none = cp.dir().join("unused-policy.yaml");
@@ -330,6 +343,10 @@ async fn one(
             if config == Config::NodeauthFullWarnings {
                 approver_args.push("--events=warnings".to_owned());
                 signer_args.push("--events=warnings".to_owned());
+            }
+            if matches!(config, Config::NodeauthKcmHttp2 | Config::NodeauthFullHttp2) {
+                approver_args.push("--kube-api-http2=true".to_owned());
+                signer_args.push("--kube-api-http2=true".to_owned());
             }
             let na = cp
                 .start_nodeauth(&NodeauthOptions {
@@ -365,7 +382,9 @@ async fn one(
     let requests0 = apiserver_requests(&admin).await?;
 
     let mode = match config {
-        Config::NodeauthFull | Config::NodeauthFullWarnings => "insecure",
+        Config::NodeauthFull | Config::NodeauthFullWarnings | Config::NodeauthFullHttp2 => {
+            "insecure"
+        }
         Config::Floor => "floor",
         _ => "plain",
     };
@@ -375,6 +394,8 @@ async fn one(
             Config::NodeauthKcm => "nk",
             Config::NodeauthFull => "nf",
             Config::NodeauthFullWarnings => "nw",
+            Config::NodeauthKcmHttp2 => "nk2",
+            Config::NodeauthFullHttp2 => "nf2",
             Config::KcmDefault => "kd",
             Config::KcmTuned => "kt",
             Config::Floor => "fl",
@@ -541,8 +562,8 @@ async fn verify_decisions(
     n: usize,
 ) -> Result<()> {
     let (reason, policy) = match config {
-        Config::NodeauthKcm => ("NodeauthPolicyApproved", Some("kcm")),
-        Config::NodeauthFull | Config::NodeauthFullWarnings => {
+        Config::NodeauthKcm | Config::NodeauthKcmHttp2 => ("NodeauthPolicyApproved", Some("kcm")),
+        Config::NodeauthFull | Config::NodeauthFullWarnings | Config::NodeauthFullHttp2 => {
             ("NodeauthPolicyApproved", Some("storm-bootstrap"))
         }
         Config::KcmDefault | Config::KcmTuned => ("AutoApproved", None),
@@ -705,7 +726,12 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
             );
         }
         if let Some(tuned) = tuned {
-            for config in [Config::NodeauthKcm, Config::NodeauthFull] {
+            for config in [
+                Config::NodeauthKcm,
+                Config::NodeauthFull,
+                Config::NodeauthKcmHttp2,
+                Config::NodeauthFullHttp2,
+            ] {
                 let Some(m) = find(config) else { continue };
                 let _ = writeln!(r);
                 let _ = writeln!(
