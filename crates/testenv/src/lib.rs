@@ -256,7 +256,46 @@ pub async fn create_bootstrap_token(
         .create(&PostParams::default(), &s)
         .await
         .map_err(Error::kube("creating a bootstrap token Secret"))?;
-    Ok(format!("{id}.{secret}"))
+    let token = format!("{id}.{secret}");
+    wait_token_authenticates(client, &token, Duration::from_secs(30)).await?;
+    Ok(token)
+}
+
+/// Waits, at most `timeout`, until kube-apiserver authenticates `token` (a TokenReview through
+/// `client` says so). Its bootstrap-token authenticator reads Secrets from an informer: a token
+/// used the moment its Secret is created can get 401 Unauthorized on a busy machine.
+pub async fn wait_token_authenticates(
+    client: &kube::Client,
+    token: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    let reviews: Api<TokenReview> = Api::all(client.clone());
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_owned(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let answer = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(Error::kube("reviewing a bootstrap token"))?;
+        if answer.status.and_then(|s| s.authenticated) == Some(true) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::Other(format!(
+                "kube-apiserver did not authenticate the new bootstrap token within {timeout:?}"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
 }
 
 /// Makes sure `kube-public/cluster-info` exists: creates it with `kubeconfig` under its
