@@ -88,27 +88,29 @@ impl PendingByName {
     }
 
     /// Files one watch event: a pending CSR under its common name; a decided or deleted one out.
-    pub fn apply(&self, event: &Event<CertificateSigningRequest>) {
+    /// Returns the uid of a CSR the event shows done with (decided or deleted), whose other
+    /// per-CSR memories the caller may drop too.
+    pub fn apply<'e>(&self, event: &'e Event<CertificateSigningRequest>) -> Option<&'e str> {
         match event {
             Event::Apply(csr) | Event::InitApply(csr) => self.observe(csr),
             Event::Delete(csr) => {
-                self.common_names
-                    .forget(csr.metadata.uid.as_deref().unwrap_or(""));
+                let uid = csr.metadata.uid.as_deref().unwrap_or("");
+                self.common_names.forget(uid);
                 if let (Some(name), Ok(mut index)) =
                     (csr.metadata.name.as_deref(), self.index.lock())
                 {
                     index.remove(name);
                 }
+                Some(uid)
             }
-            Event::Init | Event::InitDone => {}
+            Event::Init | Event::InitDone => None,
         }
     }
 
-    fn observe(&self, csr: &CertificateSigningRequest) {
-        let Some(name) = csr.metadata.name.as_deref() else {
-            return;
-        };
-        let cn = if csr_state(csr).is_decided() {
+    fn observe<'c>(&self, csr: &'c CertificateSigningRequest) -> Option<&'c str> {
+        let name = csr.metadata.name.as_deref()?;
+        let decided = csr_state(csr).is_decided();
+        let cn = if decided {
             // Never a candidate again: its common name is not needed any more.
             self.common_names
                 .forget(csr.metadata.uid.as_deref().unwrap_or(""));
@@ -116,11 +118,12 @@ impl PendingByName {
         } else {
             self.common_names.of(csr)
         };
+        let done = decided.then(|| csr.metadata.uid.as_deref().unwrap_or(""));
         let Ok(mut index) = self.index.lock() else {
-            return;
+            return done;
         };
         if index.cn_of.get(name) == cn.as_ref() {
-            return;
+            return done;
         }
         index.remove(name);
         if let Some(cn) = cn {
@@ -131,6 +134,7 @@ impl PendingByName {
                 .insert(name.to_owned());
             index.cn_of.insert(name.to_owned(), cn);
         }
+        done
     }
 
     /// The names filed under `cn`: candidates to read back from the cache and check in full.
@@ -198,7 +202,11 @@ mod tests {
         let b = csr("b", "u-b", "system:node:n1", false);
         let c = csr("c", "u-c", "system:node:n2", false);
         for csr in [&a, &b, &c] {
-            index.apply(&Event::Apply(csr.clone()));
+            assert_eq!(
+                index.apply(&Event::Apply(csr.clone())),
+                None,
+                "pending: not done"
+            );
         }
         let mut n1 = index.candidates("system:node:n1");
         n1.sort();
@@ -207,10 +215,12 @@ mod tests {
         assert!(index.candidates("system:node:n3").is_empty());
 
         // Decided: out of the index.
-        index.apply(&Event::Apply(csr("a", "u-a", "system:node:n1", true)));
+        let decided = Event::Apply(csr("a", "u-a", "system:node:n1", true));
+        assert_eq!(index.apply(&decided), Some("u-a"));
         assert_eq!(index.candidates("system:node:n1"), ["b"]);
         // Deleted: out, and an emptied name leaves nothing behind.
-        index.apply(&Event::Delete(c));
+        let deleted = Event::Delete(c);
+        assert_eq!(index.apply(&deleted), Some("u-c"));
         assert!(index.candidates("system:node:n2").is_empty());
         assert_eq!(index.len(), 1);
         // The same name recreated for another common name moves.

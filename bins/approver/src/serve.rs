@@ -154,17 +154,9 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         watcher::Config::default(),
         trim,
         move |e| {
-            filed.apply(e);
             // A decided (or deleted) CSR's attestation outcome is never read again.
-            let done = match e {
-                watcher::Event::Apply(csr) if nodeauth_k8s::csr_state(csr).is_decided() => {
-                    Some(csr)
-                }
-                watcher::Event::Delete(csr) => Some(csr),
-                _ => None,
-            };
-            if let Some(csr) = done {
-                outcomes.forget(csr.metadata.uid.as_deref().unwrap_or(""));
+            if let Some(uid) = filed.apply(e) {
+                outcomes.forget(uid);
             }
         },
     )
