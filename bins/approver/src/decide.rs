@@ -8,7 +8,6 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeauth_k8s::csr::{ConditionType, append_condition};
 use nodeauth_k8s::error::is_conflict;
@@ -18,12 +17,12 @@ use nodeauth_policy::{
     CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation, Policy, Rule, RuleResult,
     SanHolder, Verdict,
 };
-use nodeauth_runtime::{EventPublisher, ReconcileMetrics};
+use nodeauth_runtime::{Action, EventPublisher, ReconcileMetrics};
 
 use crate::lookups::{self, Attestation, LookupError};
 use crate::metrics::{DecisionLabels, Metrics, RuleLabels};
 
-const CONTROLLER: &str = "approver";
+pub(crate) const CONTROLLER: &str = "approver";
 /// The annotation `--dry-run` records decisions in.
 pub const DRY_RUN_ANNOTATION: &str = "nodeauth.io/dry-run-decision";
 

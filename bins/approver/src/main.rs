@@ -144,7 +144,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         policies,
         metrics,
         reconciles: rt.metrics().reconcile().clone(),
-        controller_config: cli.runtime.controller_config(),
+        workers: cli.runtime.workers,
         forbidden_groups: cli.forbidden_groups.clone(),
         reservation_namespace: cli.reservation_namespace.clone(),
         name_reservation_ttl: cli.name_reservation_ttl,

@@ -29,7 +29,7 @@ pub struct Common {
     pub policies: Arc<Policies>,
     pub metrics: metrics::Metrics,
     pub reconciles: ReconcileMetrics,
-    pub controller_config: kube::runtime::controller::Config,
+    pub workers: u16,
     pub forbidden_groups: Vec<String>,
     pub reservation_namespace: String,
     pub name_reservation_ttl: Duration,
@@ -149,7 +149,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     let pending = Arc::new(crate::pending::PendingByName::default());
     let filed = pending.clone();
     let outcomes = attestation.clone();
-    let controller = nodeauth_runtime::cached_controller(
+    let controller = nodeauth_runtime::Controller::cached(
         csrs.clone(),
         watcher::Config::default(),
         trim,
@@ -160,8 +160,14 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
             }
         },
     )
-    .with_config(common.controller_config.clone())
+    .workers(common.workers)
     .reconcile_all_on(policy_changes);
+    // The queue gauges describe one cluster (as the pending gauges below).
+    let controller = if cluster_name.is_empty() {
+        controller.metrics(&common.reconciles, decide::CONTROLLER)
+    } else {
+        controller
+    };
     let mut registry = nodeauth_csr::SignerRegistry::builtin();
     registry.forbid_organizations(common.forbidden_groups.iter().cloned());
     let ctx = Arc::new(decide::Ctx {
@@ -239,15 +245,15 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
             });
         }
         // Ready once the CSR cache listed too.
-        nodeauth_runtime::run_controller(
-            controller,
-            decide::reconcile,
-            decide::error_policy,
-            ctx,
-            synced,
-            controller_stop,
-        )
-        .await;
+        controller
+            .run(
+                decide::reconcile,
+                decide::error_policy,
+                ctx,
+                synced,
+                controller_stop,
+            )
+            .await;
     };
     tokio::select! {
         () = drive_nodes => tracing::error!(cluster = %cluster_name, "the node watch ended"),

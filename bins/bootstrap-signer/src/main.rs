@@ -21,13 +21,12 @@ use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use nodeauth_k8s::error::is_conflict;
 use nodeauth_runtime::{
-    CancellationToken, ControllerArgs, ControllerRuntime, PerObjectBackoff, ReconcileMetrics,
-    init_logging, requeue_at, run_controller,
+    Action, CancellationToken, Controller, ControllerArgs, ControllerRuntime, PerObjectBackoff,
+    ReconcileMetrics, init_logging, requeue_at,
 };
 use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secrets_from_k8s};
 use nodeauth_token::secret::SECRET_NAMESPACE;
@@ -72,7 +71,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
-    let controller_config = cli.runtime.controller_config();
+    let workers = cli.runtime.workers;
     let client = rt.client().clone();
     let (writes, write_failures, signatures) =
         (Counter::default(), Counter::default(), Gauge::default());
@@ -138,10 +137,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cms,
                 watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO_NAME}")),
             )
-            .with_config(controller_config)
+            .workers(workers)
+            .metrics(&ctx.reconciles, CONTROLLER)
             .reconcile_all_on(token_changes);
             // Ready once both caches listed: the tokens (above) and cluster-info.
-            run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop).await;
+            controller
+                .run(reconcile, error_policy, ctx, Some(synced), stop)
+                .await;
         };
         // The token watch runs until the controller has shut down.
         tokio::select! {

@@ -10,14 +10,13 @@ use k8s_openapi::api::certificates::v1::{
 };
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use nodeauth_issuer::OsRandomSerials;
 use nodeauth_issuer::gc::{self, CsrFacts, GcDecision, GcThresholds};
 use nodeauth_k8s::csr::{
     ConditionType, CsrState, append_condition, certificate, condition, csr_state, write_certificate,
 };
 use nodeauth_k8s::{Written, bundle, delete_unchanged};
-use nodeauth_runtime::{CancellationToken, EventPublisher, ReconcileMetrics, requeue_at};
+use nodeauth_runtime::{Action, CancellationToken, EventPublisher, ReconcileMetrics, requeue_at};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

@@ -29,7 +29,7 @@ use kube::api::Api;
 use kube::runtime::watcher;
 use nodeauth_issuer::IssuePolicy;
 use nodeauth_issuer::gc::GcThresholds;
-use nodeauth_runtime::{CancellationToken, ControllerRuntime, init_logging, run_controller};
+use nodeauth_runtime::{CancellationToken, Controller, ControllerRuntime, init_logging};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
@@ -163,7 +163,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             metrics,
             reconciles,
             events_in: rt.events_in(),
-            controller_config: cli.runtime.controller_config(),
+            workers: cli.runtime.workers,
             ca_check_interval: cli.ca_check_interval,
             bundle_namespace: cli.bundle_namespace.clone(),
         });
@@ -217,14 +217,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             bundle_ns,
             stop.clone(),
         );
-        let controller = nodeauth_runtime::cached_controller(
+        let controller = Controller::cached(
             ctx.csrs.clone(),
             watcher::Config::default(),
             crate::controller::trim,
             |_| {},
         )
-        .with_config(cli.runtime.controller_config());
-        let run = run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop);
+        .workers(cli.runtime.workers)
+        .metrics(&ctx.reconciles, controller::CONTROLLER);
+        let run = controller.run(reconcile, error_policy, ctx, Some(synced), stop);
         tokio::join!(run, cas);
         Ok::<(), std::convert::Infallible>(())
     })

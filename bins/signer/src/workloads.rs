@@ -19,7 +19,7 @@ use kube::runtime::watcher;
 use nodeauth_issuer::IssuePolicy;
 use nodeauth_issuer::gc::GcThresholds;
 use nodeauth_runtime::workloads::{Workload, WorkloadError, ensure_namespace, secret_changed};
-use nodeauth_runtime::{CancellationToken, EventsIn, ReconcileMetrics, run_controller};
+use nodeauth_runtime::{CancellationToken, Controller, EventsIn, ReconcileMetrics};
 
 use crate::cas::{ClientTrusted, Slot, Slots};
 use crate::cli::GcScope;
@@ -37,7 +37,7 @@ pub struct Shared {
     pub metrics: SignerMetrics,
     pub reconciles: ReconcileMetrics,
     pub events_in: EventsIn,
-    pub controller_config: kube::runtime::controller::Config,
+    pub workers: u16,
     pub ca_check_interval: Duration,
     pub bundle_namespace: String,
 }
@@ -159,13 +159,13 @@ impl Shared {
             ),
             leader: workload.leader.clone(),
         });
-        let controller = nodeauth_runtime::cached_controller(
+        let controller = Controller::cached(
             ctx.csrs.clone(),
             watcher::Config::default(),
             crate::controller::trim,
             |_| {},
         )
-        .with_config(self.controller_config.clone());
+        .workers(self.workers);
         let serving = stop.child_token();
         let cas = ca_loop(
             workload.client.clone(),
@@ -174,14 +174,7 @@ impl Shared {
             self.bundle_namespace.clone(),
             serving.clone(),
         );
-        let run = run_controller(
-            controller,
-            reconcile,
-            error_policy,
-            ctx,
-            None,
-            serving.clone(),
-        );
+        let run = controller.run(reconcile, error_policy, ctx, None, serving.clone());
         let changed = async {
             tokio::select! {
                 () = secret_changed(&secrets, &ca_name, &ca.version) => CLIENT_SIGNER,

@@ -15,12 +15,11 @@ use std::time::Duration;
 use clap::Parser;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use nodeauth_k8s::{Written, delete_unchanged};
 use nodeauth_runtime::{
-    CancellationToken, ControllerArgs, ControllerRuntime, ReconcileMetrics, init_logging,
-    requeue_at, run_controller,
+    Action, CancellationToken, Controller, ControllerArgs, ControllerRuntime, ReconcileMetrics,
+    init_logging, requeue_at,
 };
 use nodeauth_token::k8s::{SECRET_FIELD_SELECTOR, secret_from_k8s, secrets_from_k8s};
 use nodeauth_token::secret::{SECRET_NAME_PREFIX, SECRET_NAMESPACE};
@@ -66,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cli = Cli::parse();
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
-    let controller_config = cli.runtime.controller_config();
+    let workers = cli.runtime.workers;
     let client = rt.client().clone();
     let deleted = Counter::default();
     rt.metrics().register(
@@ -95,7 +94,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             secrets.clone(),
             watcher::Config::default().fields(SECRET_FIELD_SELECTOR),
         )
-        .with_config(controller_config);
+        .workers(workers)
+        .metrics(&reconciles, CONTROLLER);
         let store = controller.store();
         let ctx = Arc::new(Ctx {
             secrets,
@@ -105,7 +105,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokens,
             next_expiry,
         });
-        run_controller(controller, reconcile, error_policy, ctx, Some(synced), stop).await;
+        controller
+            .run(reconcile, error_policy, ctx, Some(synced), stop)
+            .await;
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;

@@ -81,16 +81,11 @@ pub struct ControllerArgs {
     pub health_bind_address: BindAddress,
 
     /// Objects reconciled at once, like kube-controller-manager's `--concurrent-*-syncs`;
-    /// `0` means unbounded.
+    /// `0` means unbounded. Objects beyond it wait their turn first in, first out (a burst is
+    /// served in arrival order), each object at most once at a time.
     ///
     /// Over HTTP/1.1 each API call in flight holds its own connection to kube-apiserver, so
-    /// this also bounds the connections (`--kube-api-http2` multiplexes them over one). Keep it
-    /// well above the burst you expect: objects beyond it are not served in arrival order
-    /// (kube-runtime parks them in a hash set and takes them out in hash order), and
-    /// in a sustained burst some wait for seconds (`cargo xtask bench storm`, 1000 joins, 100
-    /// at a time: 8 workers gave a p99 of 5 s, 64 gave 0.8 s for the same total time; 1,000 at
-    /// a time, the p99 is most of the storm). Raising it far does not help either: kube-runtime
-    /// polls every reconcile in flight on each wake-up.
+    /// this also bounds the connections (`--kube-api-http2` multiplexes them over one).
     #[arg(long, env = "NODEAUTH_WORKERS", value_name = "N", default_value_t = 64)]
     pub workers: u16,
 
@@ -190,11 +185,6 @@ pub struct ControllerArgs {
 }
 
 impl ControllerArgs {
-    /// The `kube::runtime::Controller` configuration these flags ask for (`--workers`).
-    pub fn controller_config(&self) -> kube::runtime::controller::Config {
-        kube::runtime::controller::Config::default().concurrency(self.workers)
-    }
-
     /// The listen addresses as a [`ServerConfig`].
     #[must_use]
     pub fn server_config(&self) -> ServerConfig {

@@ -1,137 +1,336 @@
-//! [`run_controller`]: every controller binary runs its kube-runtime `Controller` the same way.
+//! [`Controller`]: every controller binary runs its reconciles the same way, on a watch-fed
+//! cache and a first-in-first-out [work queue](crate::queue).
 
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryFuture, TryStreamExt};
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered, SelectAll};
+use futures::{FutureExt, Stream, StreamExt, TryFuture, TryFutureExt, TryStreamExt};
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Controller, Error};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::time::{DelayQueue, delay_queue};
 
 use crate::health::ReadinessGate;
+use crate::metrics::ReconcileMetrics;
+use crate::queue::WorkQueue;
 
-/// Runs `controller` with `reconcile` and `error_policy` until `stop` is cancelled (the run's
-/// cancellation token: leadership lost or shutdown), then lets the reconciles in flight finish
-/// (graceful shutdown).
+/// What a reconcile asks for next: to look at the object again after a while, or only when it
+/// changes. The same two choices as kube-runtime's `Action` (it converts into one).
 ///
-/// - `ready`, when given, is set ready once the controller's own cache has listed its objects
-///   (an empty cache would look like "no objects"), and never before.
-/// - Errors are logged once: a failed reconcile is the `error_policy`'s to log (it decides the
-///   retry and knows the object); the watch's own errors and reconciles of objects already gone
-///   are logged here at debug level (the watch retries with backoff by itself).
+/// ```
+/// use std::time::Duration;
+/// use nodeauth_runtime::Action;
+///
+/// assert_eq!(Action::requeue(Duration::from_secs(5)).requeue_after(), Some(Duration::from_secs(5)));
+/// assert_eq!(Action::await_change().requeue_after(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Look again after `duration`, unless a change to the object comes first.
+    #[must_use]
+    pub const fn requeue(duration: Duration) -> Self {
+        Self {
+            requeue_after: Some(duration),
+        }
+    }
+
+    /// Look again only when the object changes.
+    #[must_use]
+    pub const fn await_change() -> Self {
+        Self {
+            requeue_after: None,
+        }
+    }
+
+    /// How long until the next look, if the reconcile asked for one.
+    #[must_use]
+    pub const fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
+
+impl From<Action> for kube::runtime::controller::Action {
+    fn from(a: Action) -> Self {
+        match a.requeue_after {
+            Some(d) => Self::requeue(d),
+            None => Self::await_change(),
+        }
+    }
+}
+
+/// A controller for the objects of one `Api`: a watch feeding a cache ([`Controller::store`])
+/// and a work queue, and [`Controller::run`] reconciling each changed object.
+///
+/// - The cache keeps less than the API returns: each object's `metadata.managedFields` is
+///   dropped (no controller reads them; on a CSR they are about a third of the object), and a
+///   `trim` ([`Controller::cached`]) drops what the caller never reads of it (the request of a
+///   CSR decided long ago, say): the cache holds every object for as long as it exists, so at
+///   10,000 objects each kilobyte is 10 MB.
+/// - An `on_event` hook ([`Controller::cached`]) sees every watch event after the cache
+///   applied it and before it queues its reconcile, so an index the caller keeps beside the
+///   cache is never behind the reconcile's view of it.
+/// - Reconciles are served first in, first out, each object at most once at a time, by at most
+///   [`Controller::workers`] at once ([`crate::queue`] says why this is not kube-runtime's
+///   `Controller`: its scheduler serves a backlog in hash order). A change that arrives during
+///   an object's reconcile runs it again afterwards; [`Action::requeue`] looks again later (a
+///   change first wins).
+///
+/// The reconcile is handed the cached (trimmed) object: `trim` must leave all it reads.
 ///
 /// ```no_run
 /// use std::sync::Arc;
 /// use k8s_openapi::api::core::v1::ConfigMap;
-/// use kube::runtime::{controller::{Action, Controller}, watcher};
-/// use nodeauth_runtime::{CancellationToken, run_controller};
+/// use kube::runtime::watcher;
+/// use nodeauth_runtime::{Action, CancellationToken, Controller};
 ///
 /// #[derive(Debug, thiserror::Error)]
 /// #[error("never")]
 /// struct Never;
 ///
-/// async fn reconcile(_cm: Arc<ConfigMap>, _ctx: Arc<()>) -> Result<Action, Never> {
+/// async fn reconcile(cm: Arc<ConfigMap>, _ctx: Arc<()>) -> Result<Action, Never> {
+///     // Only the keys were kept.
+///     assert!(cm.data.iter().flat_map(|d| d.values()).all(String::is_empty));
 ///     Ok(Action::await_change())
 /// }
 ///
 /// # async fn f(client: kube::Client, stop: CancellationToken) {
 /// let api = kube::Api::<ConfigMap>::all(client);
-/// let controller = Controller::new(api, watcher::Config::default());
-/// let error_policy = |_, _: &Never, _| Action::await_change();
-/// run_controller(controller, reconcile, error_policy, Arc::new(()), None, stop).await;
-/// # }
-/// ```
-pub async fn run_controller<K, ReconcileFut, Ctx>(
-    controller: Controller<K>,
-    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFut,
-    error_policy: impl Fn(Arc<K>, &ReconcileFut::Error, Arc<Ctx>) -> Action,
-    ctx: Arc<Ctx>,
-    ready: Option<ReadinessGate>,
-    stop: CancellationToken,
-) where
-    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Debug + Unpin,
-    ReconcileFut: TryFuture<Ok = Action> + Send + 'static,
-    ReconcileFut::Error: std::error::Error + Send + 'static,
-{
-    let store = controller.store();
-    let synced = async move {
-        if let Some(gate) = ready
-            && store.wait_until_ready().await.is_ok()
-        {
-            gate.set_ready(true);
-        }
-    };
-    let run = controller
-        .graceful_shutdown_on(stop.cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok(_) | Err(Error::ReconcilerFailed(..)) => {}
-                Err(e) => tracing::debug!(error = %e, "controller"),
-            }
-        });
-    tokio::join!(synced, run);
-}
-
-/// A `Controller` on `api`, like `Controller::new(api, config)`, whose cache keeps less and lets
-/// the caller see each watch event first:
-///
-/// - each object's `metadata.managedFields` is dropped before it is cached (no controller reads
-///   them; on a CSR they are about a third of the object), then `trim` drops whatever else the
-///   caller will never read of it (the request of a CSR decided long ago, say): the cache holds
-///   every object for as long as it exists, so at 10,000 objects each kilobyte is 10 MB;
-/// - `on_event` sees every event after the cache applied it and before it triggers a reconcile,
-///   so an index the caller keeps beside the cache is never behind the reconcile's view of it.
-///
-/// The reconcile is handed the trimmed object: `trim` must leave all it reads.
-///
-/// ```no_run
-/// use k8s_openapi::api::core::v1::ConfigMap;
-/// use kube::runtime::watcher;
-///
-/// # fn f(client: kube::Client) {
-/// let api = kube::Api::<ConfigMap>::all(client);
-/// // Only the keys are read: the values are dropped from the cache.
 /// let trim = |cm: &mut ConfigMap| {
 ///     for value in cm.data.iter_mut().flat_map(|d| d.values_mut()) {
 ///         value.clear();
 ///     }
 /// };
-/// let controller =
-///     nodeauth_runtime::cached_controller(api, watcher::Config::default(), trim, |event| {
-///         if let watcher::Event::Apply(cm) = event {
-///             assert!(cm.metadata.managed_fields.is_none());
-///         }
-///     });
+/// let controller = Controller::cached(api, watcher::Config::default(), trim, |event| {
+///     if let watcher::Event::Apply(cm) = event {
+///         assert!(cm.metadata.managed_fields.is_none());
+///     }
+/// })
+/// .workers(16);
+/// let error_policy = |_, _: &Never, _| Action::requeue(std::time::Duration::from_secs(1));
+/// controller.run(reconcile, error_policy, Arc::new(()), None, stop).await;
 /// # }
 /// ```
-pub fn cached_controller<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    mut trim: impl FnMut(&mut K) + Send + 'static,
-    mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
-) -> Controller<K>
+pub struct Controller<K>
+where
+    K: Resource + 'static,
+    K::DynamicType: Eq + Hash,
+{
+    store: Store<K>,
+    changes: BoxStream<'static, Result<K, watcher::Error>>,
+    reconcile_all: SelectAll<BoxStream<'static, ()>>,
+    workers: u16,
+    gauges: Option<(Gauge, Gauge)>,
+}
+
+impl<K> Controller<K>
 where
     K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default + Debug + Unpin,
 {
-    let (store, writer) = reflector::store();
-    let events = watcher(api, config)
-        .default_backoff()
-        .modify(move |obj: &mut K| {
-            obj.meta_mut().managed_fields = None;
-            trim(obj);
-        })
-        .reflect(writer)
-        .inspect_ok(move |event| on_event(event))
-        .touched_objects();
-    Controller::for_stream(events, store)
+    /// A controller on `api`'s objects (as `config` selects them), keeping them whole but for
+    /// `metadata.managedFields`.
+    pub fn new(api: Api<K>, config: watcher::Config) -> Self {
+        Self::cached(api, config, |_| {}, |_| {})
+    }
+
+    /// A controller whose cache drops what `trim` drops of each object, and whose watch events
+    /// `on_event` sees first (see the type's docs).
+    pub fn cached(
+        api: Api<K>,
+        config: watcher::Config,
+        mut trim: impl FnMut(&mut K) + Send + 'static,
+        mut on_event: impl FnMut(&watcher::Event<K>) + Send + 'static,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        let changes = watcher(api, config)
+            .default_backoff()
+            .modify(move |obj: &mut K| {
+                obj.meta_mut().managed_fields = None;
+                trim(obj);
+            })
+            .reflect(writer)
+            .inspect_ok(move |event| on_event(event))
+            .touched_objects()
+            .boxed();
+        Self {
+            store,
+            changes,
+            reconcile_all: SelectAll::new(),
+            workers: 0,
+            gauges: None,
+        }
+    }
+
+    /// At most `n` reconciles at once (`0`: unbounded), like kube-controller-manager's
+    /// `--concurrent-*-syncs`.
+    #[must_use]
+    pub fn workers(mut self, n: u16) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// Reports the work queue as `nodeauth_workqueue_depth` and `nodeauth_workqueue_in_flight`
+    /// labelled `controller` (see [`ReconcileMetrics`]).
+    #[must_use]
+    pub fn metrics(mut self, metrics: &ReconcileMetrics, controller: &str) -> Self {
+        self.gauges = Some(metrics.queue_gauges(controller));
+        self
+    }
+
+    /// Reconciles every cached object each time `trigger` yields (a new policy, say).
+    #[must_use]
+    pub fn reconcile_all_on(mut self, trigger: impl Stream<Item = ()> + Send + 'static) -> Self {
+        self.reconcile_all.push(trigger.boxed());
+        self
+    }
+
+    /// The cache the reconciles read (filled once [`Controller::run`] runs).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Runs `reconcile` for every changed object until `stop` is cancelled (the run's
+    /// cancellation token: leadership lost or shutdown), then lets the reconciles in flight
+    /// finish (graceful shutdown) and returns.
+    ///
+    /// - A failed reconcile's `Action` comes from `error_policy` (it logs the failure: it knows
+    ///   the object and the retry); the watch's own errors are logged here at debug level (the
+    ///   watch retries with backoff by itself). An object gone from the cache by the time its
+    ///   turn comes is skipped.
+    /// - `ready`, when given, is set ready once the cache has listed its objects (an empty
+    ///   cache would look like "no objects"), and never before.
+    pub async fn run<ReconcileFut, Ctx>(
+        self,
+        mut reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> ReconcileFut,
+        error_policy: impl Fn(Arc<K>, &ReconcileFut::Error, Arc<Ctx>) -> Action,
+        ctx: Arc<Ctx>,
+        ready: Option<ReadinessGate>,
+        stop: CancellationToken,
+    ) where
+        ReconcileFut: TryFuture<Ok = Action> + Send + 'static,
+        ReconcileFut::Error: std::error::Error + Send + 'static,
+        Ctx: Send + Sync + 'static,
+    {
+        let Self {
+            store,
+            mut changes,
+            mut reconcile_all,
+            workers,
+            gauges,
+        } = self;
+        let synced = {
+            let store = store.clone();
+            async move {
+                if let Some(gate) = ready
+                    && store.wait_until_ready().await.is_ok()
+                {
+                    gate.set_ready(true);
+                }
+            }
+        };
+        let mut queue = WorkQueue::<ObjectRef<K>>::default();
+        // Keys whose reconcile asked to look again later, and when.
+        let mut later = DelayQueue::<ObjectRef<K>>::new();
+        let mut timers: HashMap<ObjectRef<K>, delay_queue::Key> = HashMap::new();
+        type Done<K, E> = (ObjectRef<K>, Arc<K>, Result<Action, E>);
+        let mut running: FuturesUnordered<BoxFuture<'static, Done<K, ReconcileFut::Error>>> =
+            FuturesUnordered::new();
+        let (mut changes_open, mut all_open) = (true, !reconcile_all.is_empty());
+        let mut stopping = false;
+        let mut cancelled = pin!(stop.cancelled());
+        let work = async {
+            loop {
+                // Hand the longest-waiting keys to free workers.
+                while !stopping && (workers == 0 || running.len() < usize::from(workers)) {
+                    let Some(key) = queue.pop() else { break };
+                    let Some(obj) = store.get(&key) else {
+                        // Deleted since it was asked for: nothing to reconcile.
+                        queue.done(&key);
+                        continue;
+                    };
+                    let run = TryFutureExt::into_future(reconcile(obj.clone(), ctx.clone()));
+                    running.push(async move { (key, obj, run.await) }.boxed());
+                }
+                if let Some((depth, in_flight)) = &gauges {
+                    depth.set(i64::try_from(queue.waiting()).unwrap_or(i64::MAX));
+                    in_flight.set(i64::try_from(queue.running()).unwrap_or(i64::MAX));
+                }
+                if stopping && running.is_empty() {
+                    return;
+                }
+                tokio::select! {
+                    biased;
+                    Some((key, obj, result)) = running.next(), if !running.is_empty() => {
+                        let action = match result {
+                            Ok(action) => action,
+                            Err(e) => error_policy(obj, &e, ctx.clone()),
+                        };
+                        // Changed meanwhile: queued again, and that run decides what is next.
+                        if queue.done(&key) || stopping {
+                            continue;
+                        }
+                        if let Some(after) = action.requeue_after() {
+                            let at = Instant::now() + after;
+                            match timers.get(&key) {
+                                Some(t) if later.deadline(t) <= at => {}
+                                Some(t) => later.reset_at(t, at),
+                                None => {
+                                    let t = later.insert_at(key.clone(), at);
+                                    timers.insert(key, t);
+                                }
+                            }
+                        }
+                    }
+                    () = &mut cancelled, if !stopping => stopping = true,
+                    change = changes.next(), if changes_open && !stopping => match change {
+                        Some(Ok(obj)) => {
+                            let key = ObjectRef::from_obj(&obj);
+                            // A change now wins over a look later.
+                            if let Some(t) = timers.remove(&key) {
+                                later.remove(&t);
+                            }
+                            queue.add(key);
+                        }
+                        Some(Err(e)) => tracing::debug!(error = %e, "controller watch"),
+                        None => changes_open = false,
+                    },
+                    Some(due) = later.next(), if !later.is_empty() && !stopping => {
+                        let key = due.into_inner();
+                        timers.remove(&key);
+                        queue.add(key);
+                    }
+                    all = reconcile_all.next(), if all_open && !stopping => match all {
+                        Some(()) => {
+                            for obj in store.state() {
+                                let key = ObjectRef::from_obj(&*obj);
+                                if let Some(t) = timers.remove(&key) {
+                                    later.remove(&t);
+                                }
+                                queue.add(key);
+                            }
+                        }
+                        None => all_open = false,
+                    },
+                }
+            }
+        };
+        tokio::join!(synced, work);
+    }
 }
 
 /// Requeue the object `margin` after the instant `at` (an expiry, the end of a grace period):
@@ -140,8 +339,7 @@ where
 ///
 /// ```
 /// use std::time::Duration;
-/// use kube::runtime::controller::Action;
-/// use nodeauth_runtime::requeue_at;
+/// use nodeauth_runtime::{Action, requeue_at};
 ///
 /// let now = jiff::Timestamp::from_second(1_000).unwrap();
 /// let at = jiff::Timestamp::from_second(1_060).unwrap();

@@ -14,9 +14,10 @@
 //! - [`Shutdown`]: one cancellation signal fired by SIGTERM/SIGINT.
 //! - [`EventPublisher`]: Kubernetes Events about the objects a controller acts on.
 //! - [`ControllerRuntime`]: all of the above wired together for a binary's `main`.
-//! - [`run_controller`]: a kube-runtime `Controller` run the same way in every binary (graceful
-//!   shutdown on the run's cancellation token, readiness once its cache listed, errors logged
-//!   once); [`PerObjectBackoff`] for its retries.
+//! - [`Controller`]: every binary's reconciles run the same way: a lean watch-fed cache, a
+//!   first-in-first-out work queue with bounded workers, graceful shutdown on the run's
+//!   cancellation token, readiness once its cache listed, errors logged once;
+//!   [`PerObjectBackoff`] for its retries.
 //!
 //! The crate never prints and never reads the environment itself (clap reads `NODEAUTH_*`
 //! variables when the binary parses its flags; kube's config inference reads `KUBECONFIG` when
@@ -51,8 +52,8 @@
 //!     // Runs only while this replica holds the Lease `nodeauth-approver`.
 //!     runtime
 //!         .run(move |stop: CancellationToken| async move {
-//!             // Build the kube_runtime::Controller here and run it with
-//!             // nodeauth_runtime::run_controller(.., Some(caches), stop), time each reconcile
+//!             // Build a nodeauth_runtime::Controller here and run it with
+//!             // controller.run(.., Some(caches), stop), time each reconcile
 //!             // with reconciles.start("approver"),
 //!             // and publish decisions with events.normal(&csr, "Approved", "Approve", "...").
 //!             let _ = (client, reconciles, events);
@@ -78,6 +79,7 @@ mod http2;
 pub mod leader;
 mod logging;
 pub mod metrics;
+mod queue;
 mod runtime;
 mod server;
 mod shutdown;
@@ -86,7 +88,7 @@ pub mod workloads;
 pub use args::{BindAddress, ControllerArgs, EventsMode, LogFormat, parse_duration};
 pub use backoff::PerObjectBackoff;
 pub use client::{kube_client, kube_config};
-pub use controller::{cached_controller, requeue_at, run_controller};
+pub use controller::{Action, Controller, requeue_at};
 pub use error::{
     ClientError, Error, EventError, LeaderElectionError, LoggingError, LossReason, ServerError,
 };

@@ -179,13 +179,16 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
-/// `nodeauth_reconcile_total`, `nodeauth_reconcile_errors_total` and
-/// `nodeauth_reconcile_duration_seconds`, labelled by controller.
+/// `nodeauth_reconcile_total`, `nodeauth_reconcile_errors_total`,
+/// `nodeauth_reconcile_duration_seconds`, and the work queue's `nodeauth_workqueue_depth` and
+/// `nodeauth_workqueue_in_flight`, labelled by controller.
 #[derive(Clone)]
 pub struct ReconcileMetrics {
     total: Family<ResultLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     duration: Family<ControllerLabels, Histogram, fn() -> Histogram>,
+    depth: Family<ControllerLabels, Gauge>,
+    in_flight: Family<ControllerLabels, Gauge>,
 }
 
 impl std::fmt::Debug for ReconcileMetrics {
@@ -200,7 +203,19 @@ impl ReconcileMetrics {
             total: Family::default(),
             errors: Family::default(),
             duration: Family::new_with_constructor(duration_histogram),
+            depth: Family::default(),
+            in_flight: Family::default(),
         };
+        registry.register(
+            "nodeauth_workqueue_depth",
+            "Objects waiting for a worker, by controller (like client-go's workqueue_depth)",
+            m.depth.clone(),
+        );
+        registry.register(
+            "nodeauth_workqueue_in_flight",
+            "Reconciles running now, by controller (at most --workers)",
+            m.in_flight.clone(),
+        );
         registry.register(
             "nodeauth_reconcile",
             "Reconciliations finished, by controller and result (success, requeue, error)",
@@ -217,6 +232,17 @@ impl ReconcileMetrics {
             m.duration.clone(),
         );
         m
+    }
+
+    /// The gauges of `controller`'s work queue: objects waiting, reconciles running.
+    pub fn queue_gauges(&self, controller: &str) -> (Gauge, Gauge) {
+        let labels = ControllerLabels {
+            controller: controller.to_owned(),
+        };
+        (
+            self.depth.get_or_create(&labels).clone(),
+            self.in_flight.get_or_create(&labels).clone(),
+        )
     }
 
     /// Starts timing one reconciliation of `controller`; finish it with

@@ -7,14 +7,14 @@ use clap::Parser;
 use ed25519_dalek::{VerifyingKey, pkcs8::DecodePublicKey};
 use example_acme_provider::{AcmeVerifier, PROVIDER};
 use k8s_openapi::api::{certificates::v1::CertificateSigningRequest as Csr, core::v1::Node};
-use kube::runtime::{Controller, controller::Action, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use nodeauth_attest::{Registry, Rejection, Verifier};
 use nodeauth_k8s::Written;
 use nodeauth_k8s::csr::{ConditionType::*, append_condition, csr_state};
 use nodeauth_policy::{AttestationSummary, Context, PolicySet, Verdict, k8s::*};
 use nodeauth_runtime::workloads::{Workload, WorkloadClusters, WorkloadError};
-use nodeauth_runtime::{ControllerArgs, ControllerRuntime, init_logging, run_controller};
+use nodeauth_runtime::{Action, Controller, ControllerArgs, ControllerRuntime, init_logging};
 
 /// A new node's client certificate needs, besides the usual checks, an attestation by acme.
 const POLICY: &str = "
@@ -112,7 +112,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         clusters = clusters.with_leases(election); // a Lease per cluster: replicas share them
     }
     let synced = rt.health().readiness_gate("clusters-listed");
-    let config = cli.runtime.controller_config();
+    let workers = cli.runtime.workers;
     let serve = move |w: Workload, stop| {
         let mut registry = Registry::new();
         if w.attestors.iter().any(|a| a == PROVIDER) {
@@ -126,9 +126,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             leader: w.leader,
         });
         let controller = Controller::new(cx.csrs.clone(), watcher::Config::default());
-        let controller = controller.with_config(config.clone());
+        let controller = controller.workers(workers);
         async move {
-            run_controller(controller, reconcile, retry, cx, None, stop).await;
+            controller.run(reconcile, retry, cx, None, stop).await;
             Ok::<(), WorkloadError>(())
         }
     };
