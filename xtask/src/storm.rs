@@ -58,6 +58,10 @@ pub struct StormArgs {
     /// Where to write the Markdown report.
     #[arg(long, default_value = "target/bench-report/storm.md")]
     out: PathBuf,
+    /// Run the `approver`, `signer` and `storm` binaries in this directory instead of building
+    /// them (an earlier commit's release build copied aside: a before/after on one machine).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
 }
 
 impl StormArgs {
@@ -76,6 +80,7 @@ impl StormArgs {
             concurrency: 100,
             kcm_qps: 1000,
             quick: false,
+            bin_dir: None,
             configs: vec![
                 Config::NodeauthKcm,
                 Config::NodeauthFull,
@@ -191,7 +196,10 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
     } else {
         args.nodes.clone()
     };
-    let bin_dir = build_storm_binaries(args.quick)?;
+    let bin_dir = match &args.bin_dir {
+        Some(dir) => dir.clone(),
+        None => build_storm_binaries(args.quick)?,
+    };
     let (cp, dir) = crate::bench::bench_control_plane("bench-storm")?;
     let rt = tokio::runtime::Runtime::new().context("starting tokio")?;
     let group = STORM_GROUP;

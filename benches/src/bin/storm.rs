@@ -124,6 +124,10 @@ const FLOOR_WORKERS: usize = 64;
 
 /// The floor's controllers: every new client CSR is approved at once, no checks, by at most
 /// [`FLOOR_WORKERS`] tasks; every approved one is issued at once by as many others.
+///
+/// The watch only sorts its events into the two steps' queues (first in, first out) and never
+/// waits for a worker itself: when it waited for a free approver, approved CSRs queued behind
+/// that wait and the issuers idled (at 10,000 nodes the floor was slower than the controllers).
 async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     use nodeauth_issuer::{CertificateAuthority, IssuePolicy, KeyType, OsRandomSerials};
     use nodeauth_k8s::csr::CsrState;
@@ -138,71 +142,93 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
     let usages = nodeauth_issuer::parse_usages(&["digital signature", "client auth"])?;
     let api: Api<CertificateSigningRequest> = Api::all(admin);
     let mut events = watcher(api.clone(), watcher::Config::default()).boxed();
-    let approvers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
-    let issuers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
+    let approve = {
+        let api = api.clone();
+        pool(move |mut csr: CertificateSigningRequest| {
+            let api = api.clone();
+            async move {
+                let name = csr.metadata.name.clone().unwrap_or_default();
+                let now =
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+                csr.status.get_or_insert_with(Default::default).conditions =
+                    Some(vec![CertificateSigningRequestCondition {
+                        type_: "Approved".into(),
+                        status: "True".into(),
+                        reason: Some("Floor".into()),
+                        message: Some("the storm floor approves everything".into()),
+                        last_update_time: Some(now.clone()),
+                        last_transition_time: Some(now),
+                    }]);
+                let _ = api
+                    .replace_subresource("approval", &name, &PostParams::default(), &csr)
+                    .await;
+            }
+        })
+    };
+    let issue = pool(move |mut csr: CertificateSigningRequest| {
+        let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
+        async move {
+            let name = csr.metadata.name.clone().unwrap_or_default();
+            let Ok(parsed) = nodeauth_csr::parse(&csr.spec.request.0) else {
+                return;
+            };
+            let Ok(issued) = nodeauth_issuer::issue(
+                &ca,
+                &parsed,
+                &usages,
+                None,
+                &IssuePolicy::default(),
+                jiff::Timestamp::now(),
+                &mut OsRandomSerials,
+            ) else {
+                return;
+            };
+            csr.status.get_or_insert_with(Default::default).certificate =
+                Some(k8s_openapi::ByteString(issued.pem.into_bytes()));
+            let _ = api
+                .replace_status(&name, &PostParams::default(), &csr)
+                .await;
+        }
+    });
     loop {
         let ev = tokio::select! {
             () = stop.wait() => return Ok(()),
             ev = events.next() => ev,
         };
         let Some(ev) = ev else { return Ok(()) };
-        let (watcher::Event::Apply(mut csr) | watcher::Event::InitApply(mut csr)) = ev? else {
+        let (watcher::Event::Apply(csr) | watcher::Event::InitApply(csr)) = ev? else {
             continue;
         };
-        let name = csr.metadata.name.clone().unwrap_or_default();
-        match nodeauth_k8s::csr::csr_state(&csr) {
-            CsrState::Pending => {
-                let api = api.clone();
-                let permit = approvers.clone().acquire_owned().await?;
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                        jiff::Timestamp::now(),
-                    );
-                    csr.status.get_or_insert_with(Default::default).conditions =
-                        Some(vec![CertificateSigningRequestCondition {
-                            type_: "Approved".into(),
-                            status: "True".into(),
-                            reason: Some("Floor".into()),
-                            message: Some("the storm floor approves everything".into()),
-                            last_update_time: Some(now.clone()),
-                            last_transition_time: Some(now),
-                        }]);
-                    let _ = api
-                        .replace_subresource("approval", &name, &PostParams::default(), &csr)
-                        .await;
-                });
-            }
-            CsrState::Approved => {
-                let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
-                let permit = issuers.clone().acquire_owned().await?;
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let Ok(parsed) = nodeauth_csr::parse(&csr.spec.request.0) else {
-                        return;
-                    };
-                    let Ok(issued) = nodeauth_issuer::issue(
-                        &ca,
-                        &parsed,
-                        &usages,
-                        None,
-                        &IssuePolicy::default(),
-                        jiff::Timestamp::now(),
-                        &mut OsRandomSerials,
-                    ) else {
-                        return;
-                    };
-                    csr.status.get_or_insert_with(Default::default).certificate =
-                        Some(k8s_openapi::ByteString(issued.pem.into_bytes()));
-                    let _ = api
-                        .replace_status(&name, &PostParams::default(), &csr)
-                        .await;
-                });
-            }
+        let _ = match nodeauth_k8s::csr::csr_state(&csr) {
+            CsrState::Pending => approve.send(csr),
+            CsrState::Approved => issue.send(csr),
             // Denied, failed or issued already: nothing for the floor to do.
-            _ => {}
-        }
+            _ => Ok(()),
+        };
     }
+}
+
+/// A queue served first in, first out by at most [`FLOOR_WORKERS`] tasks running `work`.
+fn pool<F, Fut>(work: F) -> tokio::sync::mpsc::UnboundedSender<CertificateSigningRequest>
+where
+    F: Fn(CertificateSigningRequest) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let workers = Arc::new(tokio::sync::Semaphore::new(FLOOR_WORKERS));
+    tokio::spawn(async move {
+        while let Some(csr) = rx.recv().await {
+            let Ok(permit) = workers.clone().acquire_owned().await else {
+                return;
+            };
+            let run = work(csr);
+            tokio::spawn(async move {
+                let _permit = permit;
+                run.await;
+            });
+        }
+    });
+    tx
 }
 
 /// A tiny stop signal (a watch channel) so the floor task ends with the run.
