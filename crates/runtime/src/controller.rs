@@ -89,6 +89,9 @@ impl From<Action> for kube::runtime::controller::Action {
 ///   `Controller`: its scheduler serves a backlog in hash order). A change that arrives during
 ///   an object's reconcile runs it again afterwards; [`Action::requeue`] looks again later (a
 ///   change first wins).
+/// - The objects of a list (the first, or a new one after the watch expired) are queued once
+///   the list is complete: the cache shows a list only whole, so a reconcile never finds its
+///   object missing or older than the list.
 ///
 /// The reconcile is handed the cached (trimmed) object: `trim` must leave all it reads.
 ///
@@ -131,7 +134,7 @@ where
     K::DynamicType: Eq + Hash,
 {
     store: Store<K>,
-    changes: BoxStream<'static, Result<K, watcher::Error>>,
+    changes: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
     reconcile_all: SelectAll<BoxStream<'static, ()>>,
     workers: u16,
     gauges: Option<(Gauge, Gauge)>,
@@ -165,7 +168,6 @@ where
             })
             .reflect(writer)
             .inspect_ok(move |event| on_event(event))
-            .touched_objects()
             .boxed();
         Self {
             store,
@@ -251,6 +253,8 @@ where
         let mut running: FuturesUnordered<BoxFuture<'static, Done<K, ReconcileFut::Error>>> =
             FuturesUnordered::new();
         let (mut changes_open, mut all_open) = (true, !reconcile_all.is_empty());
+        // The objects of a (re)list in progress: the cache shows them only once it is complete.
+        let mut listed: Vec<ObjectRef<K>> = Vec::new();
         let mut stopping = false;
         let mut cancelled = pin!(stop.cancelled());
         let work = async {
@@ -298,13 +302,22 @@ where
                     }
                     () = &mut cancelled, if !stopping => stopping = true,
                     change = changes.next(), if changes_open && !stopping => match change {
-                        Some(Ok(obj)) => {
-                            let key = ObjectRef::from_obj(&obj);
+                        // The cache already shows the change (the watch applied it first).
+                        Some(Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj))) => {
                             // A change now wins over a look later.
-                            if let Some(t) = timers.remove(&key) {
-                                later.remove(&t);
+                            now(&mut queue, &mut later, &mut timers, ObjectRef::from_obj(&obj));
+                        }
+                        // A list (the first, or after the watch expired) replaces the cache
+                        // only when complete: its objects are queued then, not before (a
+                        // reconcile would find them missing, or out of date).
+                        Some(Ok(watcher::Event::Init)) => listed.clear(),
+                        Some(Ok(watcher::Event::InitApply(obj))) => {
+                            listed.push(ObjectRef::from_obj(&obj));
+                        }
+                        Some(Ok(watcher::Event::InitDone)) => {
+                            for key in listed.drain(..) {
+                                now(&mut queue, &mut later, &mut timers, key);
                             }
-                            queue.add(key);
                         }
                         Some(Err(e)) => tracing::debug!(error = %e, "controller watch"),
                         None => changes_open = false,
@@ -318,10 +331,7 @@ where
                         Some(()) => {
                             for obj in store.state() {
                                 let key = ObjectRef::from_obj(&*obj);
-                                if let Some(t) = timers.remove(&key) {
-                                    later.remove(&t);
-                                }
-                                queue.add(key);
+                                now(&mut queue, &mut later, &mut timers, key);
                             }
                         }
                         None => all_open = false,
@@ -331,6 +341,20 @@ where
         };
         tokio::join!(synced, work);
     }
+}
+
+/// Queues `key` now, dropping the later look its last reconcile asked for (the run now decides
+/// anew).
+fn now<T: Hash + Eq + Clone>(
+    queue: &mut WorkQueue<T>,
+    later: &mut DelayQueue<T>,
+    timers: &mut HashMap<T, delay_queue::Key>,
+    key: T,
+) {
+    if let Some(t) = timers.remove(&key) {
+        later.remove(&t);
+    }
+    queue.add(key);
 }
 
 /// Requeue the object `margin` after the instant `at` (an expiry, the end of a grace period):

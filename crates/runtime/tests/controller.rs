@@ -1,7 +1,8 @@
 //! `nodeauth_runtime::Controller` against a real kube-apiserver: a backlog larger than the
 //! workers is served in arrival order (kube-runtime's scheduler serves it in hash order), an
 //! object deleted while it waits is skipped, a change during a reconcile runs it again after it
-//! (never two runs of one object at once), and a requeue looks again.
+//! (never two runs of one object at once), a requeue looks again, and objects that exist when
+//! the controller starts are each reconciled once the first list is complete.
 
 #![allow(
     clippy::unwrap_used,
@@ -240,4 +241,39 @@ async fn a_requeue_looks_again_after_its_delay() {
     stop.cancel();
     run.await.unwrap();
     assert_eq!(seen.runs.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn objects_that_exist_at_start_are_each_reconciled_once_listed() {
+    let label = unique_name("listed");
+    let cp = ControlPlane::shared().expect("test control plane");
+    let cms: Api<ConfigMap> = Api::namespaced(cp.admin_client().await.unwrap(), "default");
+    let names: Vec<String> = (0..10).map(|i| format!("{label}-{i}")).collect();
+    for name in &names {
+        cms.create(&PostParams::default(), &config_map(name, &label, "v"))
+            .await
+            .unwrap();
+    }
+    // Started after they exist: they arrive as the first list, which the cache shows only once
+    // complete; each is reconciled then (queued earlier, each would find the cache empty).
+    let seen = seen("", false);
+    let metrics = Metrics::new();
+    let (_, _, stop, run) = start(&label, 4, seen.clone(), &metrics).await;
+    until("all listed objects reconciled", || {
+        seen.runs.lock().unwrap().len() == names.len()
+    })
+    .await;
+    let (depth, in_flight) = metrics.reconcile().queue_gauges(&label);
+    until("idle", || depth.get() == 0 && in_flight.get() == 0).await;
+    let mut got: Vec<String> = seen
+        .runs
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    got.sort();
+    assert_eq!(got, names);
+    stop.cancel();
+    run.await.unwrap();
 }
