@@ -125,6 +125,29 @@ async fn start(
     (cms, store, stop, run)
 }
 
+/// Creates the first object and waits until its reconcile has started.
+async fn create_and_see_reconciled(
+    cms: &Api<ConfigMap>,
+    name: &str,
+    label: &str,
+    value: &str,
+    seen: &Seen,
+) {
+    cms.create(&PostParams::default(), &config_map(name, label, value))
+        .await
+        .unwrap();
+    until("the first reconcile", || {
+        seen.runs.lock().unwrap().len() == 1
+    })
+    .await;
+}
+
+/// The names the reconciles saw, in the order they started.
+fn run_names(seen: &Seen) -> Vec<String> {
+    let runs = seen.runs.lock().unwrap();
+    runs.iter().map(|(n, _)| n.clone()).collect()
+}
+
 #[tokio::test]
 async fn a_backlog_is_served_in_arrival_order_and_a_deleted_object_skipped() {
     let label = unique_name("fifo");
@@ -134,13 +157,7 @@ async fn a_backlog_is_served_in_arrival_order_and_a_deleted_object_skipped() {
     let (depth, in_flight) = metrics.reconcile().queue_gauges(&label);
     let (cms, store, stop, run) = start(&label, 1, seen.clone(), &metrics).await;
     // The one worker is held on the first object...
-    cms.create(&PostParams::default(), &config_map(&first, &label, "0"))
-        .await
-        .unwrap();
-    until("the first reconcile", || {
-        seen.runs.lock().unwrap().len() == 1
-    })
-    .await;
+    create_and_see_reconciled(&cms, &first, &label, "0", &seen).await;
     assert_eq!(in_flight.get(), 1);
     // ... while 40 more arrive, one after another: they wait.
     let names: Vec<String> = (1..=40).map(|i| format!("{label}-{i:03}")).collect();
@@ -162,14 +179,7 @@ async fn a_backlog_is_served_in_arrival_order_and_a_deleted_object_skipped() {
     let expected: Vec<String> = std::iter::once(first)
         .chain(names.iter().filter(|n| **n != gone).cloned())
         .collect();
-    let got: Vec<String> = seen
-        .runs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(n, _)| n.clone())
-        .collect();
-    assert_eq!(got, expected, "served out of arrival order");
+    assert_eq!(run_names(&seen), expected, "served out of arrival order");
     until("the queue empty", || {
         depth.get() == 0 && in_flight.get() == 0
     })
@@ -185,13 +195,7 @@ async fn a_change_during_a_reconcile_runs_it_again_after_never_beside_it() {
     let seen = seen(&name, false);
     let metrics = Metrics::new();
     let (cms, store, stop, run) = start(&label, 8, seen.clone(), &metrics).await;
-    cms.create(&PostParams::default(), &config_map(&name, &label, "old"))
-        .await
-        .unwrap();
-    until("the first reconcile", || {
-        seen.runs.lock().unwrap().len() == 1
-    })
-    .await;
+    create_and_see_reconciled(&cms, &name, &label, "old", &seen).await;
     // Changed twice while its reconcile runs (8 workers free): no second run beside it.
     for value in ["mid", "new"] {
         let patch = serde_json::json!({"data": {"value": value}});
@@ -265,13 +269,7 @@ async fn objects_that_exist_at_start_are_each_reconciled_once_listed() {
     .await;
     let (depth, in_flight) = metrics.reconcile().queue_gauges(&label);
     until("idle", || depth.get() == 0 && in_flight.get() == 0).await;
-    let mut got: Vec<String> = seen
-        .runs
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(n, _)| n.clone())
-        .collect();
+    let mut got = run_names(&seen);
     got.sort();
     assert_eq!(got, names);
     stop.cancel();
