@@ -85,8 +85,8 @@ impl From<Action> for kube::runtime::controller::Action {
 ///   applied it and before it queues its reconcile, so an index the caller keeps beside the
 ///   cache is never behind the reconcile's view of it.
 /// - Reconciles are served first in, first out, each object at most once at a time, by at most
-///   [`Controller::workers`] at once ([`crate::queue`] says why this is not kube-runtime's
-///   `Controller`: its scheduler serves a backlog in hash order). A change that arrives during
+///   [`Controller::workers`] at once (not kube-runtime's `Controller`: its scheduler
+///   serves a backlog in hash order). A change that arrives during
 ///   an object's reconcile runs it again afterwards; [`Action::requeue`] looks again later (a
 ///   change first wins).
 /// - The objects of a list (the first, or a new one after the watch expired) are queued once
