@@ -289,7 +289,7 @@ where
                             continue;
                         }
                         if let Some(after) = action.requeue_after() {
-                            let at = Instant::now() + after;
+                            let at = Instant::now() + after.min(LONGEST_REQUEUE);
                             match timers.get(&key) {
                                 Some(t) if later.deadline(t) <= at => {}
                                 Some(t) => later.reset_at(t, at),
@@ -342,6 +342,11 @@ where
         tokio::join!(synced, work);
     }
 }
+
+/// The longest a requeue waits: later ones (a token that expires in ten years) look again
+/// after a year and ask anew. The timer wheel refuses deadlines beyond about two years (it
+/// panicked on one: `cargo xtask image verify`'s token-cleaner).
+const LONGEST_REQUEUE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Queues `key` now, dropping the later look its last reconcile asked for (the run now decides
 /// anew).

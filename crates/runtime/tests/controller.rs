@@ -37,7 +37,8 @@ struct Seen {
     /// Held by the test; a reconcile of `held` waits for a permit.
     gate: Semaphore,
     held: String,
-    requeue_first: bool,
+    /// What the first reconcile of each object asks for.
+    requeue_first: Option<Duration>,
 }
 
 async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, Never> {
@@ -64,13 +65,15 @@ async fn reconcile(cm: Arc<ConfigMap>, seen: Arc<Seen>) -> Result<Action, Never>
         seen.gate.acquire().await.unwrap().forget();
     }
     *seen.busy.lock().unwrap().get_mut(&name).unwrap() -= 1;
-    if seen.requeue_first && first {
-        return Ok(Action::requeue(Duration::from_millis(300)));
+    if let Some(after) = seen.requeue_first
+        && first
+    {
+        return Ok(Action::requeue(after));
     }
     Ok(Action::await_change())
 }
 
-fn seen(held: &str, requeue_first: bool) -> Arc<Seen> {
+fn seen(held: &str, requeue_first: Option<Duration>) -> Arc<Seen> {
     Arc::new(Seen {
         runs: Mutex::new(Vec::new()),
         busy: Mutex::new(BTreeMap::new()),
@@ -152,7 +155,7 @@ fn run_names(seen: &Seen) -> Vec<String> {
 async fn a_backlog_is_served_in_arrival_order_and_a_deleted_object_skipped() {
     let label = unique_name("fifo");
     let first = format!("{label}-000");
-    let seen = seen(&first, false);
+    let seen = seen(&first, None);
     let metrics = Metrics::new();
     let (depth, in_flight) = metrics.reconcile().queue_gauges(&label);
     let (cms, store, stop, run) = start(&label, 1, seen.clone(), &metrics).await;
@@ -192,7 +195,7 @@ async fn a_backlog_is_served_in_arrival_order_and_a_deleted_object_skipped() {
 async fn a_change_during_a_reconcile_runs_it_again_after_never_beside_it() {
     let label = unique_name("dirty");
     let name = format!("{label}-a");
-    let seen = seen(&name, false);
+    let seen = seen(&name, None);
     let metrics = Metrics::new();
     let (cms, store, stop, run) = start(&label, 8, seen.clone(), &metrics).await;
     create_and_see_reconciled(&cms, &name, &label, "old", &seen).await;
@@ -233,7 +236,7 @@ async fn a_change_during_a_reconcile_runs_it_again_after_never_beside_it() {
 async fn a_requeue_looks_again_after_its_delay() {
     let label = unique_name("later");
     let name = format!("{label}-a");
-    let seen = seen("", true);
+    let seen = seen("", Some(Duration::from_millis(300)));
     let metrics = Metrics::new();
     let (cms, _, stop, run) = start(&label, 2, seen.clone(), &metrics).await;
     let created = tokio::time::Instant::now();
@@ -260,7 +263,7 @@ async fn objects_that_exist_at_start_are_each_reconciled_once_listed() {
     }
     // Started after they exist: they arrive as the first list, which the cache shows only once
     // complete; each is reconciled then (queued earlier, each would find the cache empty).
-    let seen = seen("", false);
+    let seen = seen("", None);
     let metrics = Metrics::new();
     let (_, _, stop, run) = start(&label, 4, seen.clone(), &metrics).await;
     until("all listed objects reconciled", || {
@@ -272,6 +275,34 @@ async fn objects_that_exist_at_start_are_each_reconciled_once_listed() {
     let mut got = run_names(&seen);
     got.sort();
     assert_eq!(got, names);
+    stop.cancel();
+    run.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_requeue_decades_away_is_taken_and_a_change_still_runs_it() {
+    let label = unique_name("decades");
+    let name = format!("{label}-a");
+    // Beyond the timer wheel's range (about two years): clamped, not a panic.
+    let seen = seen("", Some(Duration::from_secs(50 * 365 * 24 * 3600)));
+    let metrics = Metrics::new();
+    let (cms, _, stop, run) = start(&label, 2, seen.clone(), &metrics).await;
+    create_and_see_reconciled(&cms, &name, &label, "old", &seen).await;
+    let (depth, in_flight) = metrics.reconcile().queue_gauges(&label);
+    until("the first run done", || {
+        in_flight.get() == 0 && depth.get() == 0
+    })
+    .await;
+    let patch = serde_json::json!({"data": {"value": "new"}});
+    cms.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    until("the change reconciled", || {
+        seen.runs.lock().unwrap().len() == 2
+    })
+    .await;
+    assert!(!run.is_finished(), "the controller stopped");
+    assert_eq!(seen.runs.lock().unwrap()[1].1, "new");
     stop.cancel();
     run.await.unwrap();
 }
