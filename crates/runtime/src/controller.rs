@@ -26,7 +26,7 @@ use crate::metrics::ReconcileMetrics;
 use crate::queue::WorkQueue;
 
 /// What a reconcile asks for next: to look at the object again after a while, or only when it
-/// changes. The same two choices as kube-runtime's `Action` (it converts into one).
+/// changes. The same two choices as kube-runtime's `Action`.
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,15 +61,6 @@ impl Action {
     #[must_use]
     pub const fn requeue_after(&self) -> Option<Duration> {
         self.requeue_after
-    }
-}
-
-impl From<Action> for kube::runtime::controller::Action {
-    fn from(a: Action) -> Self {
-        match a.requeue_after {
-            Some(d) => Self::requeue(d),
-            None => Self::await_change(),
-        }
     }
 }
 
