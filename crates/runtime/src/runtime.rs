@@ -214,6 +214,37 @@ impl ControllerRuntime {
         self.leader_status.clone()
     }
 
+    /// A second controller in this process (`name`, e.g. `signer` inside the approver): the
+    /// same client, metrics registry, health gates, shutdown signal, Lease and leader status
+    /// as this runtime, and its own Events reporter (`nodeauth-<name>`). Its work runs inside
+    /// this runtime's controller (the closure given to [`run`](Self::run)), with the same
+    /// token: it runs exactly while this replica leads, stops with it, and its writes are
+    /// fenced by the same leader status. One process, one Lease: the replica that leads runs
+    /// both controllers, and only it is Ready.
+    ///
+    /// ```no_run
+    /// # async fn f(rt: nodeauth_runtime::ControllerRuntime) {
+    /// let signer = rt.companion("signer");
+    /// assert_eq!(signer.name(), "signer");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn companion(&self, name: &str) -> ControllerRuntime {
+        ControllerRuntime {
+            name: name.to_owned(),
+            client: self.client.clone(),
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+            shutdown: self.shutdown.clone(),
+            servers: self.servers,
+            election: self.election.clone(),
+            leader_elect: self.leader_elect,
+            shutdown_timeout: self.shutdown_timeout,
+            leader_status: self.leader_status.clone(),
+            events: self.events,
+        }
+    }
+
     /// Serves metrics and health, then runs `controller` — while holding the Lease when
     /// leader election is on — until shutdown or failure.
     ///
@@ -338,6 +369,31 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         ControllerRuntime::from_parts("test", &args, client, Shutdown::new())
+    }
+
+    #[tokio::test]
+    async fn a_companion_shares_the_lease_and_leads_with_its_runtime() {
+        let rt = runtime(&["--leader-elect-lease-name=edge-approver"]);
+        let companion = rt.companion("signer");
+        assert_eq!(companion.name(), "signer");
+        assert_eq!(companion.election, rt.election, "one Lease for the process");
+        assert_eq!(companion.identity(), rt.identity());
+        let status = companion.leader_status();
+        assert!(!status.is_leader());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let run = tokio::spawn(rt.run(move |stop: CancellationToken| async move {
+            let _ = tx.send(());
+            stop.cancelled().await;
+            Ok::<(), std::io::Error>(())
+        }));
+        rx.await.unwrap();
+        assert!(
+            status.is_leader(),
+            "the companion leads while its runtime does"
+        );
+        companion.shutdown().trigger();
+        run.await.unwrap().unwrap();
+        assert!(!status.is_leader());
     }
 
     #[tokio::test]
