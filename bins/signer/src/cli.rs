@@ -72,6 +72,29 @@ pub struct Cli {
     #[command(flatten)]
     pub runtime: ControllerArgs,
 
+    #[command(flatten)]
+    pub signing: Signing,
+
+    /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
+    /// which is always refused whatever the signer's name or profile: your cluster-admin
+    /// groups, say. Repeatable, or comma-separated.
+    #[arg(
+        long = "forbidden-group",
+        env = "NODEAUTH_FORBIDDEN_GROUPS",
+        value_delimiter = ','
+    )]
+    pub forbidden_groups: Vec<String>,
+
+    // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
+    #[command(flatten)]
+    pub workloads: nodeauth_runtime::workloads::WorkloadArgs,
+}
+
+/// What the signer signs and collects: its flags without the process's own (client, leader
+/// election, endpoints, logging, `--forbidden-group`, management-cluster mode). The approver
+/// takes the same flags to sign in its own process (`approver --signer ...`).
+#[derive(Debug, clap::Args)]
+pub struct Signing {
     /// A signer: NAME=CERT_FILE,KEY_FILE[,PROFILE]. Repeat for several names; in the
     /// environment variable, separate them with ';'.
     // The doc comment is --help text: "[,PROFILE]" is an optional part, not an intra-doc link.
@@ -120,20 +143,6 @@ pub struct Cli {
     #[arg(long, env = "NODEAUTH_GC_EXPIRED", default_value_t = true, action = clap::ArgAction::Set)]
     pub gc_expired: bool,
 
-    /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
-    /// which is always refused whatever the signer's name or profile: your cluster-admin
-    /// groups, say. Repeatable, or comma-separated.
-    #[arg(
-        long = "forbidden-group",
-        env = "NODEAUTH_FORBIDDEN_GROUPS",
-        value_delimiter = ','
-    )]
-    pub forbidden_groups: Vec<String>,
-
-    // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
-    #[command(flatten)]
-    pub workloads: nodeauth_runtime::workloads::WorkloadArgs,
-
     /// Namespace of the CA bundle ConfigMaps (when ClusterTrustBundles are not served).
     #[arg(
         long,
@@ -169,10 +178,10 @@ mod tests {
     fn flags_parse_with_defaults() {
         let cli = Cli::try_parse_from(["signer", "--signer=kubernetes.io/kubelet-serving=/c,/k"])
             .unwrap();
-        assert_eq!(cli.max_duration, Duration::from_secs(8760 * 3600));
-        assert_eq!(cli.gc_pending, Duration::from_secs(24 * 3600));
-        assert!(cli.gc_expired && !cli.append_chain);
-        assert_eq!(cli.mode, Mode::All);
+        assert_eq!(cli.signing.max_duration, Duration::from_secs(8760 * 3600));
+        assert_eq!(cli.signing.gc_pending, Duration::from_secs(24 * 3600));
+        assert!(cli.signing.gc_expired && !cli.signing.append_chain);
+        assert_eq!(cli.signing.mode, Mode::All);
         assert!(threshold(Duration::ZERO).is_none());
     }
 }
