@@ -22,6 +22,14 @@ use nodeauth_runtime::ControllerArgs;
 /// machine rules reading only the Machines labelled `cluster.x-k8s.io/cluster-name=<cluster>`
 /// in the Cluster's namespace. RBAC: deploy/management/. Not with --policy-crd, --machines or
 /// the tpm attestation provider (yet).
+///
+/// Signing in this process (`--signer NAME=CERT_FILE,KEY_FILE[,PROFILE]`, the signer's flags
+/// below): the approver also runs the signer's controller, as the `signer` binary would, with
+/// the signer's Events name and metrics, under the approver's Lease (the leader runs both),
+/// with one client, one metrics and health endpoint, and less memory than two processes. It needs the RBAC of both
+/// (deploy/approver/rbac.yaml and deploy/signer/rbac.yaml, bound to its ServiceAccount). The
+/// signer binary stays: run one or the other for a cluster, not both. Not in management-cluster
+/// mode.
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 pub struct Cli {
@@ -197,6 +205,10 @@ pub struct Cli {
     // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
     #[command(flatten)]
     pub workloads: nodeauth_runtime::workloads::WorkloadArgs,
+
+    // --signer and the rest of the signer's flags: sign in this process (see above).
+    #[command(flatten, next_help_heading = "Signing in this process (with --signer)")]
+    pub signing: signer::Signing,
 
     #[command(flatten)]
     pub runtime: ControllerArgs,

@@ -42,6 +42,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     init_logging(cli.runtime.log_format, &cli.runtime.log_level)?;
     if cli.workloads.workload_clusters {
         workloads::check_flags(&cli)?;
+        if !cli.signing.signers.is_empty() {
+            return Err(
+                "--signer signs this cluster's CSRs in the approver's process; in \
+                        management-cluster mode run the signer binary with --workload-clusters"
+                    .into(),
+            );
+        }
     }
     let flag_policies = policies::load(&cli.policies, &cli.presets)?;
     if flag_policies.is_empty() && !cli.policy_crd {
@@ -82,6 +89,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(names = ?apiserver_names, ips = ?apiserver_ips, "kube-apiserver's names: never issued");
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
     let client = rt.client().clone();
+    // `--signer`: the signer's controller in this process, beside this one, while it leads.
+    let signer = if cli.signing.signers.is_empty() {
+        None
+    } else {
+        Some(
+            signer::companion(
+                &cli.signing,
+                &cli.forbidden_groups,
+                cli.runtime.workers,
+                config.root_cert.as_deref().unwrap_or(&[]),
+                &rt.companion("signer"),
+            )
+            .await?,
+        )
+    };
     let metrics = metrics::Metrics::register(rt.metrics());
     let tpm = match (&cli.tpm_ek_ca, &cli.tpm_ticket_key_file) {
         (Some(ca), Some(key)) => Some(lookups::TpmConfig {
@@ -212,7 +234,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             synced: Some(synced),
             endpoint,
         };
-        serve::run(common, target, stop).await;
+        match signer {
+            None => serve::run(common, target, stop).await,
+            Some(sign) => {
+                // Whichever ends first stops the other: the process ends as a whole.
+                tokio::join!(
+                    async {
+                        serve::run(common, target, stop.clone()).await;
+                        stop.cancel();
+                    },
+                    async {
+                        let _ = sign(stop.clone()).await;
+                        stop.cancel();
+                    },
+                );
+            }
+        }
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;

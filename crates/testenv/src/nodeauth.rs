@@ -76,6 +76,9 @@ pub struct NodeauthOptions {
     /// Where the binaries are, e.g. `target/release` for a benchmark (default: next to the
     /// running test binary, see [`workspace_binary`]).
     pub bin_dir: Option<PathBuf>,
+    /// Sign in the approver's process (`approver --signer ...`, under the approver's
+    /// ServiceAccount with deploy/approver/rbac-signing.yaml) instead of starting the signer.
+    pub one_process: bool,
 }
 
 impl Default for NodeauthOptions {
@@ -86,6 +89,7 @@ impl Default for NodeauthOptions {
             signer_args: vec![],
             bootstrap_signer: true,
             bin_dir: None,
+            one_process: false,
         }
     }
 }
@@ -98,15 +102,17 @@ impl Default for NodeauthOptions {
 pub struct Nodeauth {
     /// The approver.
     pub approver: Process,
-    /// The signer.
-    pub signer: Process,
+    /// The signer; `None` when the approver signs in its own process
+    /// ([`NodeauthOptions::one_process`]).
+    pub signer: Option<Process>,
     /// bootstrap-signer, when asked for.
     pub bootstrap_signer: Option<Process>,
     /// The signer's CA for kubelet client certificates.
     pub ca: CertPair,
     /// The signer's CA for kubelet serving certificates.
     pub serving_ca: CertPair,
-    /// Metrics ports: approver, signer.
+    /// Metrics ports: approver, signer (the approver's again with
+    /// [`NodeauthOptions::one_process`]).
     pub metrics_ports: (u16, u16),
 }
 
@@ -145,12 +151,31 @@ impl ControlPlane {
         ];
         signer_args.extend(opts.signer_args.iter().cloned());
         let bin = opts.bin_dir.as_deref();
-        let (signer, signer_metrics) = self.start_controller(bin, "signer", &signer_args).await?;
         let mut approver_args = vec![format!("--policy={}", opts.policy.display())];
         approver_args.extend(opts.approver_args.iter().cloned());
-        let (approver, approver_metrics) = self
-            .start_controller(bin, "approver", &approver_args)
-            .await?;
+        let (signer, approver, metrics_ports) = if opts.one_process {
+            // The signer's roles, bound to the approver's ServiceAccount.
+            let admin = self.admin_client().await?;
+            for file in [
+                "namespace.yaml",
+                "signer/rbac.yaml",
+                "approver/rbac-signing.yaml",
+            ] {
+                manifests::apply_file(&admin, &manifests::deploy_dir().join(file)).await?;
+            }
+            approver_args.extend(signer_args);
+            let (approver, port) = self
+                .start_controller(bin, "approver", &approver_args)
+                .await?;
+            (None, approver, (port, port))
+        } else {
+            let (signer, signer_metrics) =
+                self.start_controller(bin, "signer", &signer_args).await?;
+            let (approver, approver_metrics) = self
+                .start_controller(bin, "approver", &approver_args)
+                .await?;
+            (Some(signer), approver, (approver_metrics, signer_metrics))
+        };
         let bootstrap_signer = if opts.bootstrap_signer {
             Some(self.start_controller(bin, "bootstrap-signer", &[]).await?.0)
         } else {
@@ -162,7 +187,7 @@ impl ControlPlane {
             bootstrap_signer,
             ca,
             serving_ca,
-            metrics_ports: (approver_metrics, signer_metrics),
+            metrics_ports,
         })
     }
 

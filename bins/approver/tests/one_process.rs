@@ -1,0 +1,145 @@
+//! `approver --signer`: the approver signs in its own process. A real, unmodified kubelet
+//! bootstraps through that one process (no signer process, no kube-controller-manager): its
+//! client CSR is approved by the documented policy and issued by the CA given to `--signer`,
+//! and its Node becomes Ready. The process runs both controllers under one Lease (the
+//! approver's: no signer Lease is taken), serves both controllers' metrics from one endpoint,
+//! and declares each metric family once.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kube::runtime::wait::await_condition;
+use nodeauth_testenv::{Credential, KubeletOptions, NodeauthOptions, manifests, unique_name};
+
+fn ready(n: Option<&Node>) -> bool {
+    n.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[tokio::test]
+async fn a_real_kubelet_joins_through_one_process_that_approves_and_signs() {
+    let nodeauth = cp()
+        .start_nodeauth(&NodeauthOptions {
+            one_process: true,
+            bootstrap_signer: false,
+            ..NodeauthOptions::default()
+        })
+        .await
+        .expect("approver --signer");
+    assert!(nodeauth.signer.is_none(), "no signer process was started");
+    let admin = cp().admin_client().await.unwrap();
+    let token = bootstrap_token().await;
+    let name = unique_name("one-process");
+    let mut kubelet = cp()
+        .start_kubelet(&KubeletOptions::bootstrap(
+            &name,
+            cp().kubeconfig("kubelet-bootstrap", &Credential::Token(token)),
+        ))
+        .expect("kubelet");
+    let nodes: Api<Node> = Api::all(admin.clone());
+    if tokio::time::timeout(
+        Duration::from_secs(90),
+        await_condition(nodes, &name, ready),
+    )
+    .await
+    .is_err()
+    {
+        panic!(
+            "node not Ready:\n{}\napprover --signer:\n{}",
+            kubelet.process_mut().log_tail(40),
+            nodeauth.approver.log_tail(40)
+        );
+    }
+
+    // Its client certificate: approved by the documented bootstrap policy, issued by the CA
+    // handed to the approver's --signer.
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let client_csr = csrs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|c| {
+            c.spec.signer_name == CLIENT_SIGNER
+                && c.status
+                    .as_ref()
+                    .and_then(|s| s.certificate.as_ref())
+                    .is_some()
+                && nodeauth_testenv::certcheck::request_common_name(&c.spec.request.0).ok()
+                    == Some(format!("system:node:{name}"))
+        })
+        .expect("the kubelet's issued client CSR");
+    let decisions = decisions(&client_csr);
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0].0, "Approved", "{decisions:?}");
+    assert_eq!(decisions[0].1, "NodeauthPolicyApproved", "{decisions:?}");
+    nodeauth_testenv::certcheck::check_issued(
+        &client_csr.spec.request.0,
+        &client_csr
+            .status
+            .as_ref()
+            .unwrap()
+            .certificate
+            .as_ref()
+            .unwrap()
+            .0,
+        &[&nodeauth.ca.cert_pem],
+    )
+    .expect("issued by the CA given to --signer");
+
+    // One Lease for the process: the approver's, held; the signer's never taken.
+    let leases: Api<Lease> = Api::namespaced(admin, "nodeauth-system");
+    let approver = leases.get("nodeauth-approver").await.unwrap();
+    assert!(
+        approver.spec.and_then(|s| s.holder_identity).is_some(),
+        "the approver's Lease is held"
+    );
+    assert!(
+        leases.get_opt("nodeauth-signer").await.unwrap().is_none(),
+        "no signer Lease: the signer runs under the approver's"
+    );
+
+    // One endpoint serves both controllers' metrics, each family once.
+    let (_, body) = manifests::http_get(nodeauth.metrics_ports.0, "/metrics").expect("metrics");
+    let issued: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("nodeauth_signer_issued") && !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .sum();
+    assert!(
+        issued >= 1.0,
+        "nodeauth_signer_issued counts the kubelet's certificates:\n{body}"
+    );
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("nodeauth_approver_decisions") && !l.starts_with('#')),
+        "the approver's decisions are served too"
+    );
+    let mut families = BTreeSet::new();
+    for line in body.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let family = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            families.insert(family.clone()),
+            "{family} is declared twice"
+        );
+    }
+}
