@@ -89,7 +89,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing::info!(names = ?apiserver_names, ips = ?apiserver_ips, "kube-apiserver's names: never issued");
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
     let client = rt.client().clone();
-    // `--signer`: the signer's controller in this process, beside this one, while it leads.
+    // `--signer`: the signer's controller in this process, beside this one on its CSR watch,
+    // while it leads.
     let signer = if cli.signing.signers.is_empty() {
         None
     } else {
@@ -233,23 +234,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             apiserver_ips,
             synced: Some(synced),
             endpoint,
+            // The signer on the approver's CSR watch and cache (either ending ends both).
+            beside: signer.map(|sign| serve::Beside {
+                trim: signer::cache_trim,
+                run: Box::new(move |shared, stop| {
+                    Box::pin(async move {
+                        let _ = sign(shared, stop).await;
+                    })
+                }),
+            }),
         };
-        match signer {
-            None => serve::run(common, target, stop).await,
-            Some(sign) => {
-                // Whichever ends first stops the other: the process ends as a whole.
-                tokio::join!(
-                    async {
-                        serve::run(common, target, stop.clone()).await;
-                        stop.cancel();
-                    },
-                    async {
-                        let _ = sign(stop.clone()).await;
-                        stop.cancel();
-                    },
-                );
-            }
-        }
+        serve::run(common, target, stop).await;
         Ok::<(), std::convert::Infallible>(())
     })
     .await?;

@@ -58,6 +58,23 @@ pub struct Target {
     pub synced: Option<ReadinessGate>,
     /// The TPM attestation endpoint, started once the caches are synced (single-cluster mode).
     pub endpoint: Option<Endpoint>,
+    /// Another controller on the same CSR watch and cache (`--signer`: the signer).
+    pub beside: Option<Beside>,
+}
+
+/// A controller that runs beside the approver's on its CSR watch and cache
+/// ([`nodeauth_runtime::Controller::share_watch`]), with the same stop token.
+pub struct Beside {
+    /// What the shared cache may drop: it must keep all that both controllers read.
+    pub trim: fn(&mut CertificateSigningRequest),
+    /// Runs it, given its share of the watch.
+    pub run: Box<
+        dyn FnOnce(
+                nodeauth_runtime::Controller<CertificateSigningRequest>,
+                CancellationToken,
+            ) -> futures::future::BoxFuture<'static, ()>
+            + Send,
+    >,
 }
 
 /// The attestation endpoint's parts, see `endpoint::serve`.
@@ -81,6 +98,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         apiserver_ips,
         synced,
         endpoint,
+        beside,
     } = target;
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let nodes_api: Api<Node> = Api::all(client.clone());
@@ -149,10 +167,13 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     let pending = Arc::new(crate::pending::PendingByName::default());
     let filed = pending.clone();
     let outcomes = attestation.clone();
-    let controller = nodeauth_runtime::Controller::cached(
+    let mut controller = nodeauth_runtime::Controller::cached(
         csrs.clone(),
         watcher::Config::default(),
-        trim,
+        // With a controller beside, the cache keeps what it reads too.
+        beside
+            .as_ref()
+            .map_or(trim as fn(&mut CertificateSigningRequest), |b| b.trim),
         move |e| {
             // A decided (or deleted) CSR's attestation outcome is never read again.
             if let Some(uid) = filed.apply(e) {
@@ -162,6 +183,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
     )
     .workers(common.workers)
     .reconcile_all_on(policy_changes);
+    let beside = beside.map(|b| (controller.share_watch(), b.run));
     // The queue gauges describe one cluster (as the pending gauges below).
     let controller = if cluster_name.is_empty() {
         controller.metrics(&common.reconciles, decide::CONTROLLER)
@@ -245,15 +267,29 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
             });
         }
         // Ready once the CSR cache listed too.
-        controller
-            .run(
-                decide::reconcile,
-                decide::error_policy,
-                ctx,
-                synced,
-                controller_stop,
-            )
-            .await;
+        let approve = controller.run(
+            decide::reconcile,
+            decide::error_policy,
+            ctx,
+            synced,
+            controller_stop.clone(),
+        );
+        match beside {
+            None => approve.await,
+            Some((shared, run)) => {
+                // Either ending ends both (the watch is the approver's).
+                tokio::join!(
+                    async {
+                        approve.await;
+                        controller_stop.cancel();
+                    },
+                    async {
+                        run(shared, controller_stop.clone()).await;
+                        controller_stop.cancel();
+                    },
+                );
+            }
+        }
     };
     tokio::select! {
         () = drive_nodes => tracing::error!(cluster = %cluster_name, "the node watch ended"),

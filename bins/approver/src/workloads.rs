@@ -124,6 +124,7 @@ impl Shared {
             apiserver_ips,
             synced: None,
             endpoint: None,
+            beside: None,
         };
         serve::run(self.common.clone(), target, stop).await;
         Ok(())

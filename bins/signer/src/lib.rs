@@ -28,6 +28,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
 use kube::runtime::watcher;
@@ -123,7 +124,7 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
         return Ok(());
     }
     let work = single_cluster(prepared, &cli.signing, cli.runtime.workers, &rt);
-    rt.run(work).await?;
+    rt.run(move |stop| work(stop, None)).await?;
     Ok(())
 }
 
@@ -132,7 +133,8 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
 /// Lease and leader status; the signer's Events). `forbidden_groups` as the signer's
 /// `--forbidden-group`; `root_cert` the kubeconfig's CA certificates (DER), which a serving
 /// signer must never sign with. Run the result inside that process's controller, with its
-/// token.
+/// token and a [`Controller::share_watch`] of that controller's CSR watch: one watch and one
+/// cache for both, which must keep what [`cache_trim`] keeps.
 ///
 /// # Errors
 /// As [`run`]: no `--signer` (unless `--mode=gc-only`), a CA that does not load, a signer name
@@ -140,10 +142,18 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
 ///
 /// ```no_run
 /// # async fn f(rt: nodeauth_runtime::ControllerRuntime, signing: signer::Signing) -> Result<(), Box<dyn std::error::Error>> {
+/// # let csrs: kube::Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> = todo!();
 /// let work = signer::companion(&signing, &[], 64, &[], &rt.companion("signer")).await?;
 /// rt.run(move |stop| async move {
-///     // ... this process's own controller, with stop.clone() ...
-///     work(stop).await
+///     let mut mine = nodeauth_runtime::Controller::cached(
+///         csrs,
+///         kube::runtime::watcher::Config::default(),
+///         signer::cache_trim,
+///         |_| {},
+///     );
+///     let signer = mine.share_watch();
+///     // ... run `mine` with stop.clone(), and beside it:
+///     work(signer, stop).await
 /// })
 /// .await?;
 /// # Ok(()) }
@@ -154,12 +164,23 @@ pub async fn companion(
     workers: u16,
     root_cert: &[Vec<u8>],
     rt: &ControllerRuntime,
-) -> Result<impl FnOnce(CancellationToken) -> SignerWork + use<>, StartError> {
+) -> Result<
+    impl FnOnce(Controller<CertificateSigningRequest>, CancellationToken) -> SignerWork + use<>,
+    StartError,
+> {
     if signing.mode != Mode::GcOnly && signing.signers.is_empty() {
         return Err("no --signer given (or use --mode=gc-only)".into());
     }
     let prepared = prepare(signing, forbidden_groups, root_cert, rt).await?;
-    Ok(single_cluster(prepared, signing, workers, rt))
+    let work = single_cluster(prepared, signing, workers, rt);
+    Ok(move |shared, stop| work(stop, Some(shared)))
+}
+
+/// What the signer's CSR cache may drop: the request of an issued, denied or failed CSR. It
+/// keeps the request until the CSR is signed, and the certificate (garbage collection reads its
+/// expiry). A cache shared with the signer ([`companion`]) must keep at least this.
+pub fn cache_trim(csr: &mut CertificateSigningRequest) {
+    controller::trim(csr);
 }
 
 /// The future of [`companion`]'s work.
@@ -289,13 +310,15 @@ async fn prepare(
 }
 
 /// The single-cluster controller: signs and collects the cluster's CSRs, and keeps the CAs and
-/// their published bundles current.
+/// their published bundles current. The closure's `shared`: a watch and cache shared with
+/// another controller; `None`: its own.
 fn single_cluster(
     prepared: Prepared,
     signing: &Signing,
     workers: u16,
     rt: &ControllerRuntime,
-) -> impl FnOnce(CancellationToken) -> SignerWork + use<> {
+) -> impl FnOnce(CancellationToken, Option<Controller<CertificateSigningRequest>>) -> SignerWork + use<>
+{
     let client = rt.client().clone();
     let synced = rt.health().readiness_gate("caches-synced");
     let ctx = Arc::new(Ctx {
@@ -313,7 +336,7 @@ fn single_cluster(
         leader: rt.leader_status(),
     });
     let (interval, bundle_ns) = (signing.ca_check_interval, signing.bundle_namespace.clone());
-    move |stop: CancellationToken| {
+    move |stop: CancellationToken, shared: Option<Controller<CertificateSigningRequest>>| {
         Box::pin(async move {
             let cas = ca_loop(
                 client.clone(),
@@ -322,14 +345,17 @@ fn single_cluster(
                 bundle_ns,
                 stop.clone(),
             );
-            let controller = Controller::cached(
-                ctx.csrs.clone(),
-                watcher::Config::default(),
-                crate::controller::trim,
-                |_| {},
-            )
-            .workers(workers)
-            .metrics(&ctx.reconciles, controller::CONTROLLER);
+            let controller = shared
+                .unwrap_or_else(|| {
+                    Controller::cached(
+                        ctx.csrs.clone(),
+                        watcher::Config::default(),
+                        crate::controller::trim,
+                        |_| {},
+                    )
+                })
+                .workers(workers)
+                .metrics(&ctx.reconciles, controller::CONTROLLER);
             let run = controller.run(reconcile, error_policy, ctx, Some(synced), stop);
             tokio::join!(run, cas);
             Ok::<(), std::convert::Infallible>(())

@@ -125,7 +125,7 @@ where
     K::DynamicType: Eq + Hash,
 {
     store: Store<K>,
-    changes: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    changes: BoxStream<'static, Result<Change<K>, watcher::Error>>,
     reconcile_all: SelectAll<BoxStream<'static, ()>>,
     workers: u16,
     gauges: Option<(Gauge, Gauge)>,
@@ -159,10 +159,48 @@ where
             })
             .reflect(writer)
             .inspect_ok(move |event| on_event(event))
+            .map_ok(|event| Change::of(&event))
             .boxed();
         Self {
             store,
             changes,
+            reconcile_all: SelectAll::new(),
+            workers: 0,
+            gauges: None,
+        }
+    }
+
+    /// A second controller on this one's watch and cache (two controllers of one process that
+    /// reconcile the same objects: the approver and the signer): one watch, one decode of
+    /// each event, one cache. It queues every change this one sees, in the same order, once
+    /// the cache shows it, and has its own queue, workers and reconcile. The watch is this
+    /// controller's: the second learns of changes only while this one [`run`](Self::run)s, so
+    /// run both, with the same stop token. The cache keeps what `trim` left: it must leave
+    /// all that both reconciles read.
+    ///
+    /// ```no_run
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// # fn f(api: kube::Api<ConfigMap>) {
+    /// use nodeauth_runtime::Controller;
+    /// let mut first = Controller::new(api, kube::runtime::watcher::Config::default());
+    /// let second = first.share_watch().workers(4);
+    /// # }
+    /// ```
+    pub fn share_watch(&mut self) -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let changes = std::mem::replace(&mut self.changes, futures::stream::empty().boxed());
+        self.changes = changes
+            .inspect_ok(move |change: &Change<K>| {
+                // Gone when the second controller stopped: nothing left to tell.
+                let _ = tx.send(change.clone());
+            })
+            .boxed();
+        let forwarded = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|change| (Ok(change), rx))
+        });
+        Self {
+            store: self.store.clone(),
+            changes: forwarded.boxed(),
             reconcile_all: SelectAll::new(),
             workers: 0,
             gauges: None,
@@ -294,18 +332,16 @@ where
                     () = &mut cancelled, if !stopping => stopping = true,
                     change = changes.next(), if changes_open && !stopping => match change {
                         // The cache already shows the change (the watch applied it first).
-                        Some(Ok(watcher::Event::Apply(obj) | watcher::Event::Delete(obj))) => {
+                        Some(Ok(Change::Touched(key))) => {
                             // A change now wins over a look later.
-                            now(&mut queue, &mut later, &mut timers, ObjectRef::from_obj(&obj));
+                            now(&mut queue, &mut later, &mut timers, key);
                         }
                         // A list (the first, or after the watch expired) replaces the cache
                         // only when complete: its objects are queued then, not before (a
                         // reconcile would find them missing, or out of date).
-                        Some(Ok(watcher::Event::Init)) => listed.clear(),
-                        Some(Ok(watcher::Event::InitApply(obj))) => {
-                            listed.push(ObjectRef::from_obj(&obj));
-                        }
-                        Some(Ok(watcher::Event::InitDone)) => {
+                        Some(Ok(Change::ListStarted)) => listed.clear(),
+                        Some(Ok(Change::Listed(key))) => listed.push(key),
+                        Some(Ok(Change::ListDone)) => {
                             for key in listed.drain(..) {
                                 now(&mut queue, &mut later, &mut timers, key);
                             }
@@ -331,6 +367,52 @@ where
             }
         };
         tokio::join!(synced, work);
+    }
+}
+
+/// What a watch event means to the work queue (the object itself is in the cache).
+enum Change<K: Resource>
+where
+    K::DynamicType: Eq + Hash,
+{
+    /// Applied or deleted: look at it (again).
+    Touched(ObjectRef<K>),
+    /// A list began (the first, or after the watch expired).
+    ListStarted,
+    /// An object of the list in progress.
+    Listed(ObjectRef<K>),
+    /// The list is complete: the cache shows it.
+    ListDone,
+}
+
+impl<K: Resource> Clone for Change<K>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        match self {
+            Change::Touched(key) => Change::Touched(key.clone()),
+            Change::ListStarted => Change::ListStarted,
+            Change::Listed(key) => Change::Listed(key.clone()),
+            Change::ListDone => Change::ListDone,
+        }
+    }
+}
+
+impl<K> Change<K>
+where
+    K: Resource,
+    K::DynamicType: Eq + Hash + Default,
+{
+    fn of(event: &watcher::Event<K>) -> Self {
+        match event {
+            watcher::Event::Apply(obj) | watcher::Event::Delete(obj) => {
+                Change::Touched(ObjectRef::from_obj(obj))
+            }
+            watcher::Event::Init => Change::ListStarted,
+            watcher::Event::InitApply(obj) => Change::Listed(ObjectRef::from_obj(obj)),
+            watcher::Event::InitDone => Change::ListDone,
+        }
     }
 }
 

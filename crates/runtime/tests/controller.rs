@@ -2,7 +2,8 @@
 //! workers is served in arrival order (kube-runtime's scheduler serves it in hash order), an
 //! object deleted while it waits is skipped, a change during a reconcile runs it again after it
 //! (never two runs of one object at once), a requeue looks again, and objects that exist when
-//! the controller starts are each reconciled once the first list is complete.
+//! the controller starts are each reconciled once the first list is complete, and a second
+//! controller on the same watch (`share_watch`) reconciles every object and change too.
 
 #![allow(
     clippy::unwrap_used,
@@ -305,4 +306,83 @@ async fn a_requeue_decades_away_is_taken_and_a_change_still_runs_it() {
     assert_eq!(seen.runs.lock().unwrap()[1].1, "new");
     stop.cancel();
     run.await.unwrap();
+}
+
+#[tokio::test]
+async fn two_controllers_on_one_watch_each_reconcile_every_object() {
+    let label = unique_name("shared");
+    let cp = ControlPlane::shared().expect("test control plane");
+    let cms: Api<ConfigMap> = Api::namespaced(cp.admin_client().await.unwrap(), "default");
+    // Five exist before the watch starts (its first list), five are created after.
+    let names: Vec<String> = (0..10).map(|i| format!("{label}-{i}")).collect();
+    for name in &names[..5] {
+        cms.create(&PostParams::default(), &config_map(name, &label, "v"))
+            .await
+            .unwrap();
+    }
+    let mut first = Controller::new(
+        cms.clone(),
+        watcher::Config::default().labels(&format!("test={label}")),
+    )
+    .workers(2);
+    let second = first.share_watch().workers(3);
+    let (store, second_store) = (first.store(), second.store());
+    let (seen_first, seen_second) = (seen("", None), seen("", None));
+    let stop = CancellationToken::new();
+    let error_policy = |_, _: &Never, _| Action::await_change();
+    let runs = tokio::spawn(futures::future::join(
+        first.run(
+            reconcile,
+            error_policy,
+            seen_first.clone(),
+            None,
+            stop.clone(),
+        ),
+        second.run(
+            reconcile,
+            error_policy,
+            seen_second.clone(),
+            None,
+            stop.clone(),
+        ),
+    ));
+    for name in &names[5..] {
+        cms.create(&PostParams::default(), &config_map(name, &label, "v"))
+            .await
+            .unwrap();
+    }
+    for (which, seen) in [("first", &seen_first), ("second", &seen_second)] {
+        until(
+            &format!("the {which} controller reconciled all ten"),
+            || {
+                let mut got = run_names(seen);
+                got.sort();
+                got.dedup();
+                got == names
+            },
+        )
+        .await;
+    }
+    // One cache: the second reads what the first's watch wrote.
+    assert_eq!(store.state().len(), 10);
+    assert_eq!(second_store.state().len(), 10);
+    // A change reaches both.
+    let patch = serde_json::json!({"data": {"value": "changed"}});
+    cms.patch(&names[0], &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    for (which, seen) in [("first", &seen_first), ("second", &seen_second)] {
+        until(&format!("the {which} controller saw the change"), || {
+            seen.runs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(n, v)| *n == names[0] && v == "changed")
+        })
+        .await;
+    }
+    assert!(!*seen_first.overlapped.lock().unwrap());
+    assert!(!*seen_second.overlapped.lock().unwrap());
+    stop.cancel();
+    runs.await.unwrap();
 }
