@@ -180,20 +180,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let leader = rt.leader_status();
     let synced = rt.health().readiness_gate("caches-synced");
     if cli.workloads.workload_clusters {
-        let mut rt = rt;
-        // Each workload cluster has its own Lease: the replicas share the clusters.
-        let per_cluster = rt.per_unit_election();
-        let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
-            client,
-            cli.workloads.workload_cluster_namespace.clone(),
-            rt.metrics(),
-            "nodeauth_approver",
-            leader,
-        );
-        let clusters = match per_cluster {
-            Some(election) => clusters.with_leases(election),
-            None => clusters,
-        };
         let shared = Arc::new(workloads::Shared {
             common,
             attestation_providers: cli.attestation_providers.clone(),
@@ -201,16 +187,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             apiserver_names: cli.apiserver_names.clone(),
             events_in: rt.events_in(),
         });
-        rt.run(move |stop: CancellationToken| async move {
-            clusters
-                .run(
-                    move |workload, stop| shared.clone().serve(workload, stop),
-                    synced,
-                    stop,
-                )
-                .await;
-            Ok::<(), std::convert::Infallible>(())
-        })
+        rt.run_workload_clusters(
+            cli.workloads.workload_cluster_namespace.clone(),
+            "nodeauth_approver",
+            synced,
+            move |workload, stop| shared.clone().serve(workload, stop),
+        )
         .await?;
         return Ok(());
     }

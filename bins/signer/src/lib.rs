@@ -82,7 +82,6 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
     )
     .await?;
     if cli.workloads.workload_clusters {
-        let client = rt.client().clone();
         let shared = Arc::new(workloads::Shared {
             policy: prepared.policy,
             forbidden_groups: cli.forbidden_groups.clone(),
@@ -96,30 +95,12 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
             bundle_namespace: cli.signing.bundle_namespace.clone(),
         });
         let synced = rt.health().readiness_gate("caches-synced");
-        let mut rt = rt;
-        // Each workload cluster has its own Lease: the replicas share the clusters.
-        let per_cluster = rt.per_unit_election();
-        let clusters = nodeauth_runtime::workloads::WorkloadClusters::new(
-            client,
+        rt.run_workload_clusters(
             cli.workloads.workload_cluster_namespace.clone(),
-            rt.metrics(),
             "nodeauth_signer",
-            rt.leader_status(),
-        );
-        let clusters = match per_cluster {
-            Some(election) => clusters.with_leases(election),
-            None => clusters,
-        };
-        rt.run(move |stop: CancellationToken| async move {
-            clusters
-                .run(
-                    move |workload, stop| shared.clone().serve(workload, stop),
-                    synced,
-                    stop,
-                )
-                .await;
-            Ok::<(), std::convert::Infallible>(())
-        })
+            synced,
+            move |workload, stop| shared.clone().serve(workload, stop),
+        )
         .await?;
         return Ok(());
     }

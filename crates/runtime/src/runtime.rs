@@ -245,6 +245,55 @@ impl ControllerRuntime {
         }
     }
 
+    /// Management-cluster mode as a whole: serves every opted-in workload cluster with
+    /// `serve` (see [`crate::workloads::WorkloadClusters`]), each under its own Lease when
+    /// leader election is on ([`per_unit_election`](Self::per_unit_election)), its gauges named
+    /// `<prefix>_...`; `synced` opens once the Cluster list is in. Returns as [`run`](Self::run).
+    ///
+    /// ```no_run
+    /// # async fn f(rt: nodeauth_runtime::ControllerRuntime) -> Result<(), nodeauth_runtime::Error> {
+    /// let synced = rt.health().readiness_gate("caches-synced");
+    /// rt.run_workload_clusters(None, "nodeauth_example", synced, |workload, stop| async move {
+    ///     // ... serve `workload` until `stop` ...
+    ///     Ok(())
+    /// })
+    /// .await
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run`](Self::run).
+    pub async fn run_workload_clusters<F, Fut>(
+        mut self,
+        namespace: Option<String>,
+        prefix: &str,
+        synced: crate::health::ReadinessGate,
+        serve: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn(crate::workloads::Workload, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), crate::workloads::WorkloadError>> + Send + 'static,
+    {
+        // Each workload cluster has its own Lease: the replicas share the clusters.
+        let per_cluster = self.per_unit_election();
+        let clusters = crate::workloads::WorkloadClusters::new(
+            self.client.clone(),
+            namespace,
+            &self.metrics,
+            prefix,
+            self.leader_status(),
+        );
+        let clusters = match per_cluster {
+            Some(election) => clusters.with_leases(election),
+            None => clusters,
+        };
+        self.run(move |stop: CancellationToken| async move {
+            clusters.run(serve, synced, stop).await;
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await
+    }
+
     /// Serves metrics and health, then runs `controller` — while holding the Lease when
     /// leader election is on — until shutdown or failure.
     ///
