@@ -20,12 +20,6 @@ use kube::api::{Api, ListParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{Credential, KubeletOptions, unique_name};
 
-fn ready(n: Option<&Node>) -> bool {
-    n.and_then(|n| n.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 async fn csrs_of(username: &str) -> Vec<CertificateSigningRequest> {
     let admin = cp().admin_client().await.unwrap();
     let api: Api<CertificateSigningRequest> = Api::all(admin);
@@ -57,7 +51,7 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
     let nodes: Api<Node> = Api::all(admin.clone());
     if tokio::time::timeout(
         Duration::from_secs(90),
-        await_condition(nodes.clone(), &name, ready),
+        await_condition(nodes.clone(), &name, node_ready),
     )
     .await
     .is_err()
@@ -189,5 +183,5 @@ async fn a_real_kubelet_joins_and_an_impostor_kubelet_does_not() {
     );
     // The real node is still Ready.
     let node = nodes.get(&name).await.unwrap();
-    assert!(ready(Some(&node)));
+    assert!(node_ready(Some(&node)));
 }

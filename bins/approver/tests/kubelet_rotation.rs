@@ -13,13 +13,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use nodeauth_testenv::{Credential, KubeletOptions, NodeauthOptions, unique_name};
 
-fn ready(n: &Node) -> bool {
-    n.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 fn issued(c: &CertificateSigningRequest) -> bool {
     c.status
         .as_ref()
@@ -70,7 +63,7 @@ async fn client_and_serving_certificates_rotate_twice_and_the_node_stays_ready()
             .filter(|c| c.spec.signer_name == SERVING_SIGNER)
             .count();
         match nodes.get_opt(&name).await.unwrap() {
-            Some(node) if ready(&node) => was_ready = true,
+            Some(node) if node_ready(Some(&node)) => was_ready = true,
             Some(_) if was_ready => panic!("node {name} left Ready during rotation"),
             _ => {}
         }
@@ -90,5 +83,5 @@ async fn client_and_serving_certificates_rotate_twice_and_the_node_stays_ready()
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let node = nodes.get(&name).await.unwrap();
-    assert!(ready(&node), "still Ready after two rotations");
+    assert!(node_ready(Some(&node)), "still Ready after two rotations");
 }

@@ -24,12 +24,6 @@ use kube::api::{Api, ListParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{Credential, KubeletOptions, NodeauthOptions, manifests, unique_name};
 
-fn ready(n: Option<&Node>) -> bool {
-    n.and_then(|n| n.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 #[tokio::test]
 async fn a_real_kubelet_joins_through_one_process_that_approves_and_signs() {
     let nodeauth = cp()
@@ -53,7 +47,7 @@ async fn a_real_kubelet_joins_through_one_process_that_approves_and_signs() {
     let nodes: Api<Node> = Api::all(admin.clone());
     if tokio::time::timeout(
         Duration::from_secs(90),
-        await_condition(nodes, &name, ready),
+        await_condition(nodes, &name, node_ready),
     )
     .await
     .is_err()

@@ -18,7 +18,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{CLIENT_SIGNER, CLIENT_USAGES, SERVING_SIGNER, cp};
+use common::{CLIENT_SIGNER, CLIENT_USAGES, SERVING_SIGNER, cp, node_ready};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
@@ -375,12 +375,6 @@ async fn issued(workload: &ControlPlane, username: &str, signer: &str) -> (Vec<u
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-fn node_ready(n: Option<&k8s_openapi::api::core::v1::Node>) -> bool {
-    n.and_then(|n| n.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[tokio::test]

@@ -339,3 +339,10 @@ pub async fn create_openshift_machine(node: &str, annotations: serde_json::Value
         .unwrap();
     name
 }
+
+/// Whether the Node's Ready condition is True (`None`: no such Node), for `await_condition`.
+pub fn node_ready(node: Option<&Node>) -> bool {
+    node.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
