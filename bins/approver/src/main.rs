@@ -2,7 +2,8 @@
 //!
 //! The program is wiring (flags in `cli.rs`); the decisions are `nodeauth-policy`'s, the API
 //! reads and writes `nodeauth-k8s`'s:
-//! - a kube-runtime `Controller` on CSRs; Nodes come from a reflector (no per-CSR GETs);
+//! - a `nodeauth_runtime::Controller` on CSRs; Nodes come from a reflector (a live GET only
+//!   where a new node's name must not be taken: `nodeMustNotExist`);
 //! - for each pending CSR, the first policy covering its signer and requester decides
 //!   (`decide.rs`); SubjectAccessReviews and attestation are looked up only when that policy's
 //!   rules read them;
@@ -11,7 +12,9 @@
 //!   else wrote first; the next look sees their decision), plus an Event and a log line;
 //! - Abstain writes nothing: another approver may own the CSR;
 //! - `--dry-run` records the decision in an annotation and the log and decides nothing;
-//! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`.
+//! - leader election, metrics, health endpoints and graceful shutdown from `nodeauth-runtime`;
+//! - `--signer`: the signer's controller (the `signer` package as a library) in this process,
+//!   on the approver's CSR watch and cache and under its Lease.
 
 mod cli;
 mod cluster;

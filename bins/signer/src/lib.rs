@@ -1,7 +1,8 @@
 //! `signer`: signs approved CertificateSigningRequests for the signer names it is given, and
 //! garbage-collects old CSRs. The signing logic is `nodeauth_issuer` (pure); this program
 //! watches, writes and counts:
-//! - one kube-runtime `Controller` on CSRs (a watch, no polling); a reconcile (`controller.rs`)
+//! - one `nodeauth_runtime::Controller` on CSRs (a watch, no polling; or the approver's watch,
+//!   in its process); a reconcile (`controller.rs`)
 //!   signs an approved, not denied, not failed, not yet issued CSR of one of its names, then
 //!   plans its collection (`nodeauth_issuer::gc::plan`) and requeues at the instant a class
 //!   will apply;
