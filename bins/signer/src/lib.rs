@@ -123,8 +123,9 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
 /// given twice.
 ///
 /// ```no_run
+/// # use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 /// # async fn f(rt: nodeauth_runtime::ControllerRuntime, signing: signer::Signing) -> Result<(), Box<dyn std::error::Error>> {
-/// # let csrs: kube::Api<k8s_openapi::api::certificates::v1::CertificateSigningRequest> = todo!();
+/// let csrs: kube::Api<CertificateSigningRequest> = kube::Api::all(rt.client().clone());
 /// let work = signer::companion(&signing, &[], 64, &[], &rt.companion("signer")).await?;
 /// rt.run(move |stop| async move {
 ///     let mut mine = nodeauth_runtime::Controller::cached(
