@@ -137,3 +137,23 @@ async fn a_real_kubelet_joins_through_one_process_that_approves_and_signs() {
         );
     }
 }
+
+#[test]
+fn signer_with_workload_clusters_is_refused_naming_both_flags() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_approver"))
+        .args([
+            "--preset=capi",
+            "--workload-clusters",
+            "--signer=kubernetes.io/kube-apiserver-client-kubelet=/nonexistent.crt,/nonexistent.key",
+            "--leader-elect=false",
+        ])
+        .output()
+        .expect("run the approver");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--signer") && stderr.contains("--workload-clusters"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
