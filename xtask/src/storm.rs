@@ -66,6 +66,13 @@ pub struct StormArgs {
     /// configuration meets a just-started kube-apiserver and etcd (0: none; `--quick`: none).
     #[arg(long, default_value_t = 1000)]
     warmup: usize,
+    /// Run every configuration this many times, interleaved: round r runs the configurations
+    /// in order, starting r places further along, so none always goes first. The report's main
+    /// table and goals use each figure's median over the rounds; a table per N lists every
+    /// round, with each goal's tally of rounds met against KCM tuned of the same round. On a
+    /// machine whose speed drifts between runs, one round decides little.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
 }
 
 impl StormArgs {
@@ -86,6 +93,7 @@ impl StormArgs {
             quick: false,
             bin_dir: None,
             warmup: 1000,
+            rounds: 1,
             configs: vec![
                 Config::NodeauthKcm,
                 Config::NodeauthFull,
@@ -151,10 +159,12 @@ pub(crate) struct Outcome {
     pub(crate) errors: Vec<String>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Measured {
     config: Config,
     nodes: usize,
+    /// Which round of `--rounds` (0-based); a median over rounds keeps the first's.
+    round: usize,
     total_s: f64,
     p50_s: f64,
     p99_s: f64,
@@ -233,27 +243,42 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
         );
     }
     let mut results = vec![];
+    let rounds = usize::from(args.rounds);
     for &n in &counts {
-        for &config in &args.configs {
-            let m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
-            println!(
-                "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}",
-                config.label(),
-                m.total_s,
-                m.p50_s,
-                m.p99_s,
-                m.cpu()
-                    .map(|c| format!(
-                        ", controllers {c:.2} CPU-s, {:.0} MiB",
-                        m.rss().unwrap_or(0.0)
-                    ))
-                    .unwrap_or_default()
-            );
-            results.push(m);
+        for round in 0..rounds {
+            if rounds > 1 {
+                println!("==> N={n}, round {} of {rounds}", round + 1);
+            }
+            // Round r starts r places along: no configuration always meets what the previous
+            // one left behind (a warm or a busy apiserver).
+            let order = (0..args.configs.len())
+                .filter_map(|i| args.configs.get((i + round) % args.configs.len()).copied());
+            for config in order {
+                let mut m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
+                m.round = round;
+                println!(
+                    "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}",
+                    config.label(),
+                    m.total_s,
+                    m.p50_s,
+                    m.p99_s,
+                    m.cpu()
+                        .map(|c| format!(
+                            ", controllers {c:.2} CPU-s, {:.0} MiB",
+                            m.rss().unwrap_or(0.0)
+                        ))
+                        .unwrap_or_default()
+                );
+                results.push(m);
+            }
         }
     }
+    let mut text = report(&medians(&results, &counts, &args.configs), &counts, args);
+    if rounds > 1 {
+        rounds_section(&mut text, &results, &counts, &args.configs, rounds);
+    }
     crate::bench::finish_report(
-        &report(&results, &counts, args),
+        &text,
         &args.out,
         &cp,
         &dir,
@@ -533,6 +558,7 @@ async fn one(
     Ok(Measured {
         config,
         nodes: n,
+        round: 0,
         total_s: outcome.total_s,
         p50_s: q(0.5),
         p99_s: q(0.99),
@@ -690,13 +716,18 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
             " --quick".to_owned()
         } else {
             format!(
-                " --nodes {} --concurrency {}",
+                " --nodes {} --concurrency {}{}",
                 counts
                     .iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
                     .join(","),
-                args.concurrency
+                args.concurrency,
+                if args.rounds > 1 {
+                    format!(" --rounds {}", args.rounds)
+                } else {
+                    String::new()
+                }
             )
         }
     );
@@ -737,7 +768,15 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
         let floor = find(Config::Floor);
         let tuned = find(Config::KcmTuned);
         let _ = writeln!(r);
-        let _ = writeln!(r, "## N = {n}");
+        if args.rounds > 1 {
+            let _ = writeln!(
+                r,
+                "## N = {n}: each figure's median over {} rounds",
+                args.rounds
+            );
+        } else {
+            let _ = writeln!(r, "## N = {n}");
+        }
         let _ = writeln!(r);
         let _ = writeln!(
             r,
@@ -794,8 +833,13 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
                 let _ = writeln!(r);
                 let _ = writeln!(
                     r,
-                    "Goals (issue 23), {} at N = {n}, against KCM tuned in the same run:",
-                    m.config.label()
+                    "Goals (issue 23), {} at N = {n}, against KCM tuned {}:",
+                    m.config.label(),
+                    if args.rounds > 1 {
+                        "(medians over the same rounds)"
+                    } else {
+                        "in the same run"
+                    }
                 );
                 let _ = writeln!(r);
                 let mark = |ok: bool| if ok { "met" } else { "**not met**" };
@@ -888,6 +932,162 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
     r
 }
 
+/// The median of `v` (the mean of the middle two for an even count); 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match (v.get((n.max(1) - 1) / 2), v.get(n / 2)) {
+        (Some(a), Some(b)) => f64::midpoint(*a, *b),
+        _ => 0.0,
+    }
+}
+
+/// One [`Measured`] per configuration and N: each figure's median over the rounds (figures
+/// taken separately, so a row need not be one round's). One round: the rows themselves.
+fn medians(results: &[Measured], counts: &[usize], configs: &[Config]) -> Vec<Measured> {
+    let mut out = vec![];
+    for &n in counts {
+        for &config in configs {
+            let runs: Vec<&Measured> = results
+                .iter()
+                .filter(|m| m.config == config && m.nodes == n)
+                .collect();
+            let Some(first) = runs.first() else { continue };
+            let of = |f: &dyn Fn(&Measured) -> f64| median(runs.iter().map(|m| f(m)).collect());
+            let mut m = (*first).clone();
+            m.total_s = of(&|m| m.total_s);
+            m.p50_s = of(&|m| m.p50_s);
+            m.p99_s = of(&|m| m.p99_s);
+            m.apiserver_cpu_s = of(&|m| m.apiserver_cpu_s);
+            for (i, process) in m.controllers.iter_mut().enumerate() {
+                let at = |m: &Measured| m.controllers.get(i).copied();
+                process.1 = of(&|m| at(m).map_or(0.0, |p| p.1));
+                process.2 = of(&|m| at(m).map_or(0.0, |p| p.2));
+            }
+            for (kind, v) in &mut m.requests {
+                *v = of(&|m| m.requests.get(kind).copied().unwrap_or(0.0));
+            }
+            m.retries = runs.iter().filter_map(|m| m.retries).max();
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// `--rounds` above 1: every round's figures, and each goal's tally of rounds met, each
+/// round's nodeauth against that round's KCM tuned (and floor).
+fn rounds_section(
+    r: &mut String,
+    results: &[Measured],
+    counts: &[usize],
+    configs: &[Config],
+    rounds: usize,
+) {
+    for &n in counts {
+        let at = |config: Config, round: usize| {
+            results
+                .iter()
+                .find(|m| m.config == config && m.nodes == n && m.round == round)
+        };
+        let _ = writeln!(r);
+        let _ = writeln!(r, "## N = {n}, each of {rounds} rounds");
+        let _ = writeln!(r);
+        let _ = writeln!(
+            r,
+            "Each cell: all issued / p99 / controller CPU-s / peak RSS."
+        );
+        let _ = writeln!(r);
+        let _ = writeln!(
+            r,
+            "| configuration | {} |",
+            (1..=rounds)
+                .map(|i| format!("round {i}"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(r, "|---|{}", "---|".repeat(rounds));
+        for &config in configs {
+            let cells: Vec<String> = (0..rounds)
+                .map(|round| {
+                    at(config, round).map_or("—".into(), |m| {
+                        let mut cell = format!("{:.2} s / {:.2} s", m.total_s, m.p99_s);
+                        if let (Some(c), Some(v)) = (m.cpu(), m.rss()) {
+                            let _ = write!(cell, " / {c:.2} / {v:.0} MiB");
+                        }
+                        cell
+                    })
+                })
+                .collect();
+            let _ = writeln!(r, "| {} | {} |", config.label(), cells.join(" | "));
+        }
+        type Goal = (
+            &'static str,
+            fn(&Measured, &Measured, Option<&Measured>) -> Option<bool>,
+        );
+        let goals: [Goal; 5] = [
+            ("time ≤ KCM tuned", |m, t, _| Some(m.total_s <= t.total_s)),
+            ("p99 ≤ KCM tuned", |m, t, _| Some(m.p99_s <= t.p99_s)),
+            ("controller CPU ≤ KCM tuned", |m, t, _| {
+                Some(m.cpu()? <= t.cpu()?)
+            }),
+            ("peak RSS ≤ 0.5x KCM tuned", |m, t, _| {
+                Some(m.rss()? <= t.rss()? / 2.0)
+            }),
+            ("within 1.2x the floor", |m, _, f| {
+                Some(m.total_s <= 1.2 * f?.total_s)
+            }),
+        ];
+        let nodeauth: Vec<Config> = configs
+            .iter()
+            .copied()
+            .filter(|c| !matches!(c, Config::KcmDefault | Config::KcmTuned | Config::Floor))
+            .collect();
+        if nodeauth.is_empty() || !configs.contains(&Config::KcmTuned) {
+            continue;
+        }
+        let _ = writeln!(r);
+        let _ = writeln!(
+            r,
+            "Goals (issue 23): rounds met, each against KCM tuned (and the floor) of its own round:"
+        );
+        let _ = writeln!(r);
+        let _ = writeln!(
+            r,
+            "| goal | {} |",
+            nodeauth
+                .iter()
+                .map(|c| c.label())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        let _ = writeln!(r, "|---|{}", "---:|".repeat(nodeauth.len()));
+        for (goal, check) in goals {
+            let cells: Vec<String> = nodeauth
+                .iter()
+                .map(|&config| {
+                    let verdicts: Vec<bool> = (0..rounds)
+                        .filter_map(|round| {
+                            let m = at(config, round)?;
+                            let t = at(Config::KcmTuned, round)?;
+                            check(m, t, at(Config::Floor, round))
+                        })
+                        .collect();
+                    if verdicts.is_empty() {
+                        "—".into()
+                    } else {
+                        format!(
+                            "{} of {}",
+                            verdicts.iter().filter(|ok| **ok).count(),
+                            verdicts.len()
+                        )
+                    }
+                })
+                .collect();
+            let _ = writeln!(r, "| {goal} | {} |", cells.join(" | "));
+        }
+    }
+}
+
 /// How each configuration's cost grows with N: per node, and the ratio of each per-node figure
 /// to the same configuration's at the previous N (1.00 = linear; above it, super-linear).
 fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
@@ -970,7 +1170,15 @@ fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_request_totals;
+    use super::{median, parse_request_totals};
+
+    #[test]
+    fn medians_of_odd_even_and_empty_counts() {
+        assert!((median(vec![3.0, 1.0, 2.0]) - 2.0).abs() < 1e-9);
+        assert!((median(vec![4.0, 1.0, 3.0, 2.0]) - 2.5).abs() < 1e-9);
+        assert!((median(vec![5.0]) - 5.0).abs() < 1e-9);
+        assert!(median(vec![]).abs() < 1e-9);
+    }
 
     #[test]
     fn request_totals_are_summed_by_verb_and_resource() {
