@@ -25,7 +25,7 @@ pub struct Generated {
 }
 
 /// Every file the chart takes from `deploy/`.
-pub const GENERATED: [Generated; 11] = [
+pub const GENERATED: [Generated; 12] = [
     Generated {
         source: "deploy/bootstrap-signer/rbac.yaml",
         dest: "charts/nodeauth/templates/bootstrap-signer/rbac.yaml",
@@ -67,6 +67,13 @@ pub const GENERATED: [Generated; 11] = [
         source: "deploy/signer/rbac.yaml",
         dest: "charts/nodeauth/templates/signer/rbac.yaml",
         condition: Some("and .Values.signer.enabled (not .Values.managementCluster.enabled)"),
+    },
+    Generated {
+        source: "deploy/approver/rbac-signing.yaml",
+        dest: "charts/nodeauth/templates/approver/rbac-signing.yaml",
+        condition: Some(
+            "and .Values.approver.enabled .Values.signer.enabled .Values.signer.inApproverProcess (not .Values.managementCluster.enabled)",
+        ),
     },
     Generated {
         source: "deploy/management/rbac.yaml",

@@ -544,3 +544,189 @@ fn management_cluster_mode_renders_its_flags_and_only_its_rbac() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("policyCRD and machines"));
 }
+
+#[test]
+fn signer_in_the_approver_process_renders_one_deployment_with_the_signers_flags_and_bindings() {
+    let objs = render(&["signer.inApproverProcess=true", "signer.appendChain=true"]);
+    let names = deployments(&objs);
+    assert!(names.contains("nodeauth-approver"), "{names:?}");
+    assert!(
+        !names.contains("nodeauth-signer"),
+        "a signer Deployment beside the approver that signs: {names:?}"
+    );
+    assert!(
+        !objs.iter().any(|o| o["kind"] != "ServiceAccount"
+            && !o["kind"].as_str().unwrap_or("").contains("Role")
+            && o["metadata"]["name"] == "nodeauth-signer"),
+        "the signer's Service or PodDisruptionBudget rendered without its Deployment"
+    );
+    let approver = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "nodeauth-approver")
+        .unwrap();
+    let pod = &approver["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["serviceAccountName"].as_str(),
+        Some("nodeauth-approver")
+    );
+    let args = serde_yaml::to_string(&pod["containers"][0]["args"]).unwrap();
+    // The approver's own flags, then the signer's, exactly as the signer's Deployment gets them.
+    let separate = render(&["signer.appendChain=true"]);
+    let signer = separate
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "nodeauth-signer")
+        .unwrap();
+    let signer_pod = &signer["spec"]["template"]["spec"];
+    let own: Vec<&str> = signer_pod["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .filter(|a| !args_shared_by_every_controller(a))
+        .collect();
+    assert!(own.len() >= 6, "{own:?}");
+    for want in own
+        .iter()
+        .chain(&["--policy=/etc/nodeauth/policy/policy.yaml"])
+    {
+        assert!(args.contains(want), "{want} missing: {args}");
+    }
+    // The CA Secrets mounted where --signer reads them, beside the policy: the signer
+    // Deployment's volumes and mounts, after the approver's own.
+    for (key, own) in [
+        ("volumes", &pod["volumes"]),
+        ("volumeMounts", &pod["containers"][0]["volumeMounts"]),
+    ] {
+        let signers = if key == "volumes" {
+            &signer_pod["volumes"]
+        } else {
+            &signer_pod["containers"][0]["volumeMounts"]
+        };
+        let signers = signers.as_sequence().unwrap();
+        assert_eq!(signers.len(), 2, "{key}: {signers:?}");
+        let own = own.as_sequence().unwrap();
+        assert_eq!(own.len(), 3, "{key}: {own:?}");
+        assert_eq!(own[0]["name"], "policy", "{key}");
+        assert_eq!(&own[1..], &signers[..], "{key}");
+    }
+    // The approver's ServiceAccount is bound to the signer's roles: deploy/approver's
+    // rbac-signing.yaml, object for object.
+    let rendered = rbac_objects(&objs);
+    let text = std::fs::read_to_string(root().join("deploy/approver/rbac-signing.yaml")).unwrap();
+    let signing = rbac_objects(&yaml_docs(&text));
+    assert_eq!(signing.len(), 3, "{:?}", signing.keys());
+    for (k, v) in signing {
+        assert_eq!(
+            rendered.get(&k),
+            Some(&v),
+            "{k} differs from deploy/approver"
+        );
+    }
+    // Not rendered by default.
+    assert!(
+        !rbac_objects(&render(&[]))
+            .keys()
+            .any(|k| k.contains("nodeauth:approver:signing"))
+    );
+    // What cannot work is refused, naming the values.
+    let chart = chart();
+    for (extra, says) in [
+        (
+            "managementCluster.enabled=true",
+            "managementCluster.enabled",
+        ),
+        ("signer.enabled=false", "signer.enabled"),
+    ] {
+        let out = helm_output(&[
+            "template",
+            "nodeauth",
+            chart.to_str().unwrap(),
+            "--set",
+            "signer.inApproverProcess=true",
+            "--set",
+            extra,
+        ]);
+        assert!(!out.status.success(), "{extra} was accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("signer.inApproverProcess") && stderr.contains(says),
+            "{extra}: {stderr}"
+        );
+    }
+}
+
+/// Flags every controller's Deployment gets from the chart (logging, endpoints, leader
+/// election), as opposed to a controller's own.
+fn args_shared_by_every_controller(arg: &str) -> bool {
+    [
+        "--log-",
+        "--metrics-bind-address",
+        "--health-bind-address",
+        "--leader-elect",
+    ]
+    .iter()
+    .any(|p| arg.starts_with(p))
+}
+
+/// A Deployment manifest's container args, volumes (as YAML) and volume mount paths.
+fn pod_parts(path: &str) -> (Vec<String>, Vec<Value>, Vec<String>) {
+    let text = std::fs::read_to_string(root().join(path)).unwrap();
+    let docs = yaml_docs(&text);
+    let d = docs.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let pod = &d["spec"]["template"]["spec"];
+    let strings = |v: &Value, key: &str| -> Vec<String> {
+        v.as_sequence()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                if key.is_empty() {
+                    x.as_str().unwrap().to_owned()
+                } else {
+                    x[key].as_str().unwrap().to_owned()
+                }
+            })
+            .collect()
+    };
+    (
+        strings(&pod["containers"][0]["args"], ""),
+        pod["volumes"].as_sequence().unwrap().clone(),
+        strings(&pod["containers"][0]["volumeMounts"], "mountPath"),
+    )
+}
+
+#[test]
+fn deploys_one_process_manifest_is_the_approvers_plus_the_signers_flags_and_secrets() {
+    let (args, volumes, mounts) = pod_parts("deploy/approver/deployment-signing.yaml");
+    let (approver_args, approver_volumes, _) = pod_parts("deploy/approver/deployment.yaml");
+    let (signer_args, signer_volumes, signer_mounts) = pod_parts("deploy/signer/deployment.yaml");
+    // Every flag of the two Deployments, the policy's path aside (moved beside the CAs).
+    for want in approver_args.iter().chain(&signer_args) {
+        if want.starts_with("--policy=") {
+            continue;
+        }
+        assert!(args.contains(want), "{want} missing: {args:?}");
+    }
+    assert!(
+        args.contains(&"--policy=/etc/nodeauth/policy/policy.yaml".to_owned()),
+        "{args:?}"
+    );
+    assert!(
+        mounts.contains(&"/etc/nodeauth/policy".to_owned()),
+        "{mounts:?}"
+    );
+    // No flag of its own beyond theirs.
+    let known = |a: &String| approver_args.contains(a) || signer_args.contains(a);
+    let extra: Vec<&String> = args
+        .iter()
+        .filter(|a| !known(a) && !a.starts_with("--policy="))
+        .collect();
+    assert!(extra.is_empty(), "flags of neither Deployment: {extra:?}");
+    // Both Deployments' volumes, and the signer's CA directories where its flags read them.
+    for v in approver_volumes.iter().chain(&signer_volumes) {
+        assert!(volumes.contains(v), "volume {v:?} missing");
+    }
+    assert_eq!(volumes.len(), approver_volumes.len() + signer_volumes.len());
+    for m in &signer_mounts {
+        assert!(mounts.contains(m), "mount {m} missing: {mounts:?}");
+    }
+}

@@ -212,8 +212,12 @@ fn referenced_names(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// One release at a time: the chart's cluster-scoped RBAC has fixed names.
+static RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_then_each_controller_works_under_its_chart_service_account() {
+    let _one_release = RELEASE.lock().await;
     let cp = cp();
     let admin = cp.admin_client().await.unwrap();
 
@@ -605,6 +609,195 @@ async fn helm_install_then_each_controller_works_under_its_chart_service_account
         "Deployments survived helm uninstall"
     );
 }
+/// `signer.inApproverProcess`: no signer Deployment; the approver's Deployment carries the
+/// signer's flags and CA mounts; and `approver --signer`, run as the approver's ServiceAccount
+/// under the chart's RBAC, approves and issues a new node's certificate under one Lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_approver() {
+    let _one_release = RELEASE.lock().await;
+    let cp = cp();
+    let admin = cp.admin_client().await.unwrap();
+    let ca = nodeauth_testenv::pki::Ca::new("nodeauth helm one-process CA").unwrap();
+    let ca_dir = tempfile::tempdir().unwrap();
+    let (ca_crt, ca_key) = (ca_dir.path().join("tls.crt"), ca_dir.path().join("tls.key"));
+    std::fs::write(&ca_crt, &ca.pair().cert_pem).unwrap();
+    nodeauth_testenv::pki::write_private(&ca_key, ca.pair().key_pem.as_bytes()).unwrap();
+
+    let kubeconfig = cp.admin_kubeconfig_path();
+    let chart = common::chart();
+    let out = common::helm(&[
+        "install",
+        "nodeauth",
+        chart.to_str().unwrap(),
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--set",
+        "signer.inApproverProcess=true",
+        "--set",
+        "bootstrapSigner.enabled=false",
+        "--set",
+        "tokenCleaner.enabled=false",
+    ]);
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    assert!(out.contains("in the approver's process"), "{out}");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(admin.clone(), NS);
+    assert!(
+        deployments
+            .get_opt("nodeauth-signer")
+            .await
+            .unwrap()
+            .is_none(),
+        "a signer Deployment beside the approver that signs"
+    );
+    let approver_deployment = deployments.get("nodeauth-approver").await.unwrap();
+    let container = &approver_deployment.spec.template.spec.unwrap().containers[0];
+    let args = container.args.clone().unwrap_or_default();
+    assert!(
+        args.iter().any(|a| a.starts_with(&format!(
+            "--signer={CLIENT_SIGNER}=/etc/nodeauth/ca/0/tls.crt,"
+        ))),
+        "{args:?}"
+    );
+    let mounts = container.volume_mounts.clone().unwrap_or_default();
+    assert!(
+        mounts.iter().any(|m| m.mount_path == "/etc/nodeauth/ca/0"),
+        "{mounts:?}"
+    );
+
+    // What the approver's ServiceAccount may do now: sign for the kubelet signers, and still
+    // nothing for another signer.
+    let sa_user = format!("system:serviceaccount:{NS}:nodeauth-approver");
+    assert!(may_sign(&admin, &sa_user, CLIENT_SIGNER).await);
+    assert!(!may_sign(&admin, &sa_user, API_CLIENT_SIGNER).await);
+    // A Lease nodeauth-signer left by the other test's signer would hide whether this one
+    // took it.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    let _ = leases
+        .delete("nodeauth-signer", &DeleteParams::default())
+        .await;
+
+    // approver --signer as the chart's approver ServiceAccount: a new node's bootstrap CSR is
+    // approved and issued by the CA the chart would mount.
+    let policy = common::chart().join("files/approver-policy.yaml");
+    let approver = start(
+        "approver",
+        &[
+            format!("--policy={}", policy.display()),
+            format!("--tofu-namespace={NS}"),
+            format!(
+                "--signer={CLIENT_SIGNER}={},{}",
+                ca_crt.display(),
+                ca_key.display()
+            ),
+            format!("--bundle-namespace={NS}"),
+        ],
+    )
+    .await;
+    let group = "system:bootstrappers:nodeauth-helm-one";
+    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
+        .await
+        .unwrap();
+    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
+        .await
+        .unwrap();
+    let joining = cp.client(&Credential::Token(token)).await.unwrap();
+    let node = unique_name("helm-one-node");
+    let csr_name = create_csr(
+        &joining,
+        CLIENT_SIGNER,
+        &CLIENT_USAGES,
+        csr_pem(CsrBuilder::kubelet_client(&node)),
+    )
+    .await;
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let csr = wait_for(
+        csrs.clone(),
+        &csr_name,
+        60,
+        "the approver approves and signs",
+        |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| condition(c, "Approved") && issued(c))
+        },
+    )
+    .await
+    .unwrap();
+    nodeauth_testenv::certcheck::check_issued(
+        &csr.spec.request.0,
+        nodeauth_k8s::csr::certificate(&csr).unwrap(),
+        &[&ca.pair().cert_pem],
+    )
+    .expect("issued by the CA given to --signer");
+    let body = approver.metrics();
+    for family in [
+        "nodeauth_approver_decisions_total",
+        "nodeauth_signer_issued_total",
+    ] {
+        assert!(
+            body.lines().any(|l| l.starts_with(family)),
+            "{family} missing from the one process's /metrics"
+        );
+    }
+    // One Lease, the approver's; the signer's is never taken.
+    let held = leases.get("nodeauth-approver").await.unwrap();
+    assert!(
+        held.spec
+            .and_then(|s| s.holder_identity)
+            .is_some_and(|h| !h.is_empty()),
+        "the approver's Lease is not held"
+    );
+    assert!(leases.get_opt("nodeauth-signer").await.unwrap().is_none());
+    drop(approver);
+
+    common::helm(&[
+        "uninstall",
+        "nodeauth",
+        "--namespace",
+        NS,
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ]);
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+    assert!(
+        bindings
+            .get_opt("nodeauth:approver:signing")
+            .await
+            .unwrap()
+            .is_none(),
+        "the signing binding survived helm uninstall"
+    );
+}
+
+/// Whether `user` may `sign` for signer name `name` (a SubjectAccessReview, as admin).
+async fn may_sign(admin: &kube::Client, user: &str, name: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.to_owned()),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("signers".into()),
+                verb: Some("sign".into()),
+                name: Some(name.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
 #[test]
 fn metric_name_extraction() {
     let mut names = BTreeSet::new();

@@ -25,6 +25,36 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- printf "%s/%s:%s" .root.Values.image.repository .name $tag -}}
 {{- end }}
 
+{{/*
+The signer's own flags, its CA volumes and their mounts, as JSON {"args", "volumes",
+"mounts"}: for the signer's Deployment, or for the approver's when signer.inApproverProcess
+runs the signer's controller in the approver's process (`approver --signer ...`).
+*/}}
+{{- define "nodeauth.signing" -}}
+{{- $v := .Values.signer }}
+{{- $m := .Values.managementCluster }}
+{{- if and (ne $v.mode "gc-only") (not $v.signers) (not $m.enabled) }}
+{{- fail "signer.signers: at least one signer (name + secretName) unless signer.mode is gc-only" }}
+{{- end }}
+{{- $args := list (printf "--bundle-namespace=%s" .Release.Namespace) (printf "--max-duration=%s" $v.maxDuration) (printf "--mode=%s" $v.mode) (printf "--gc-scope=%s" $v.gcScope) }}
+{{- if $v.appendChain }}
+{{- $args = append $args "--append-chain" }}
+{{- end }}
+{{- $volumes := list }}
+{{- $mounts := list }}
+{{- range $i, $s := (ternary (list) $v.signers $m.enabled) }}
+{{- $dir := printf "/etc/nodeauth/ca/%d" $i }}
+{{- $spec := printf "--signer=%s=%s/tls.crt,%s/tls.key" $s.name $dir $dir }}
+{{- if $s.profile }}
+{{- $spec = printf "%s,%s" $spec $s.profile }}
+{{- end }}
+{{- $args = append $args $spec }}
+{{- $volumes = append $volumes (dict "name" (printf "ca-%d" $i) "secret" (dict "secretName" $s.secretName "defaultMode" 288)) }}
+{{- $mounts = append $mounts (dict "name" (printf "ca-%d" $i) "mountPath" $dir "readOnly" true) }}
+{{- end }}
+{{- toJson (dict "args" $args "volumes" $volumes "mounts" $mounts) }}
+{{- end }}
+
 {{- define "nodeauth.controller" -}}
 {{- $root := .root -}}
 {{- $v := .values -}}
