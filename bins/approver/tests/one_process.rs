@@ -24,8 +24,13 @@ use kube::api::{Api, ListParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_testenv::{Credential, KubeletOptions, NodeauthOptions, manifests, unique_name};
 
+/// One test at a time holds the Lease `nodeauth-approver`: every approver of this binary
+/// shares its name.
+static ONE_LEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn a_real_kubelet_joins_through_one_process_that_approves_and_signs() {
+    let _lease = ONE_LEASE.lock().await;
     let nodeauth = cp()
         .start_nodeauth(&NodeauthOptions {
             one_process: true,
@@ -156,4 +161,127 @@ fn signer_with_workload_clusters_is_refused_naming_both_flags() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Two replicas of `approver --signer`: only the one holding the Lease is Ready, and it both
+/// approves and signs while the standby does neither. When the leader is killed (SIGKILL, no
+/// hand-over), the standby takes the Lease, becomes Ready, and approves and signs what came
+/// since. Every CSR ends with one decision and a certificate from the `--signer` CA.
+#[tokio::test]
+async fn two_replicas_one_leads_both_controllers_and_the_other_takes_over_both() {
+    let _lease = ONE_LEASE.lock().await;
+    let admin = cp().admin_client().await.unwrap();
+    // The signer's roles, bound to the approver's ServiceAccount (as the harness does).
+    for file in [
+        "namespace.yaml",
+        "signer/rbac.yaml",
+        "approver/rbac-signing.yaml",
+    ] {
+        manifests::apply_file(&admin, &manifests::deploy_dir().join(file))
+            .await
+            .unwrap();
+    }
+    let ca = nodeauth_testenv::pki::Ca::new(&unique_name("one-process-replicas-ca")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+    std::fs::write(&crt, &ca.pair().cert_pem).unwrap();
+    nodeauth_testenv::pki::write_private(&key, ca.pair().key_pem.as_bytes()).unwrap();
+    let mut args: Vec<String> = FAST_ELECTION.iter().map(|s| (*s).to_owned()).collect();
+    args.push(format!(
+        "--signer={CLIENT_SIGNER}={},{}",
+        crt.display(),
+        key.display()
+    ));
+    let first = start_approver(&args, true).await;
+    let second = start_approver(&args, false).await;
+    standing_by(&second).await;
+
+    let client = bootstrap_client().await;
+    let before = client_csr(&client, &unique_name("one-ha")).await;
+    issued_once_by(&before, &ca.pair().cert_pem).await;
+    first
+        .wait_metric_at_least("nodeauth_signer_issued_total", &[], 1.0)
+        .await;
+    assert!(!second.is_ready(), "only the leader is Ready");
+    // The standby ran neither controller: not one reconcile, decision or certificate.
+    for family in [
+        "nodeauth_reconcile_duration_seconds_count",
+        "nodeauth_approver_decisions_total",
+        "nodeauth_signer_issued_total",
+    ] {
+        assert_eq!(
+            second.metric(family, &[]),
+            0.0,
+            "the standby counted {family}"
+        );
+    }
+
+    // Kill the leader: no hand-over; the standby must wait out the Lease, then run both.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(first.process.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(first);
+    let mut after = Vec::new();
+    for _ in 0..5 {
+        after.push(client_csr(&client, &unique_name("one-ha")).await);
+    }
+    for name in &after {
+        issued_once_by(name, &ca.pair().cert_pem).await;
+    }
+    assert!(second.is_ready(), "the survivor leads, so it is Ready");
+    second
+        .wait_metric_at_least("nodeauth_approver_decisions_total", &["Approve"], 5.0)
+        .await;
+    second
+        .wait_metric_at_least("nodeauth_signer_issued_total", &[], 5.0)
+        .await;
+    // Both controllers reconcile in the survivor (the runtime labels each by its name).
+    for controller in ["\"approver\"", "\"signer\""] {
+        second
+            .wait_metric_at_least(
+                "nodeauth_reconcile_duration_seconds_count",
+                &[controller],
+                5.0,
+            )
+            .await;
+    }
+    // The first CSR was neither decided nor signed again by the new leader.
+    issued_once_by(&before, &ca.pair().cert_pem).await;
+}
+
+/// Waits (60 s) until CSR `name` is issued; it must carry exactly one condition, Approved by
+/// nodeauth's policy, and a certificate the CA `ca_pem` issued for its request.
+async fn issued_once_by(name: &str, ca_pem: &str) {
+    let admin = cp().admin_client().await.unwrap();
+    let api: Api<CertificateSigningRequest> = Api::all(admin);
+    let csr = tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(api, name, |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| state(c) == nodeauth_k8s::CsrState::Issued)
+        }),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("CSR {name} not issued within 60 s"))
+    .unwrap()
+    .unwrap();
+    let conditions = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    assert_eq!(conditions.len(), 1, "{name}: {conditions:?}");
+    assert_eq!(conditions[0].type_, "Approved", "{name}: {conditions:?}");
+    assert_eq!(
+        conditions[0].reason.as_deref(),
+        Some("NodeauthPolicyApproved"),
+        "{name}"
+    );
+    nodeauth_testenv::certcheck::check_issued(
+        &csr.spec.request.0,
+        &csr.status.unwrap().certificate.unwrap().0,
+        &[ca_pem],
+    )
+    .unwrap_or_else(|e| panic!("{name}: not issued by the --signer CA: {e}"));
 }

@@ -9,12 +9,6 @@ use common::*;
 use nodeauth_k8s::csr_state;
 use nodeauth_testenv::unique_name;
 
-const FAST_ELECTION: [&str; 3] = [
-    "--leader-elect-lease-duration=4s",
-    "--leader-elect-renew-deadline=3s",
-    "--leader-elect-retry-period=500ms",
-];
-
 #[tokio::test]
 async fn a_killed_leader_loses_no_csr_and_none_is_decided_twice() {
     let args: Vec<String> = FAST_ELECTION.iter().map(|s| (*s).to_owned()).collect();
@@ -71,31 +65,4 @@ async fn a_killed_leader_loses_no_csr_and_none_is_decided_twice() {
     second
         .wait_metric_at_least("nodeauth_approver_decisions_total", &["Approve"], 1.0)
         .await;
-}
-
-/// Waits until `replica` has asked for the Lease and found it held: its `nodeauth_leader`
-/// series exists (the election has started, after registering its readiness gate), and
-/// `/readyz` no longer waits for `leader-election` (the election's first answer) but still
-/// for `caches-synced`, which only a leader reaches.
-async fn standing_by(replica: &Approver) {
-    use nodeauth_testenv::manifests::http_get;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let electing = http_get(replica.metrics_port, "/metrics")
-            .is_ok_and(|(_, body)| body.lines().any(|l| l.starts_with("nodeauth_leader{")));
-        let readyz = http_get(replica.health_port, "/readyz");
-        if electing
-            && let Ok((503, body)) = &readyz
-            && !body.contains("leader-election")
-        {
-            assert!(body.contains("caches-synced"), "{body}");
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the second replica never stood by: /readyz {readyz:?}\n{}",
-            replica.process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }

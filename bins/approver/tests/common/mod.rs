@@ -346,3 +346,38 @@ pub fn node_ready(node: Option<&Node>) -> bool {
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
+
+/// Leader election fast enough for a test that kills a leader: a standby takes over within
+/// about 4 s of the last renewal.
+pub const FAST_ELECTION: [&str; 3] = [
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=500ms",
+];
+
+/// Waits until `replica` has asked for the Lease and found it held: its `nodeauth_leader`
+/// series exists (the election has started, after registering its readiness gate), and
+/// `/readyz` no longer waits for `leader-election` (the election's first answer) but still
+/// for `caches-synced`, which only a leader reaches.
+pub async fn standing_by(replica: &Approver) {
+    use nodeauth_testenv::manifests::http_get;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let electing = http_get(replica.metrics_port, "/metrics")
+            .is_ok_and(|(_, body)| body.lines().any(|l| l.starts_with("nodeauth_leader{")));
+        let readyz = http_get(replica.health_port, "/readyz");
+        if electing
+            && let Ok((503, body)) = &readyz
+            && !body.contains("leader-election")
+        {
+            assert!(body.contains("caches-synced"), "{body}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second replica never stood by: /readyz {readyz:?}\n{}",
+            replica.process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
