@@ -11,6 +11,10 @@
 //!    nodeauth's controllers use, has no client-side rate limit);
 //! 6. `floor`: no controller; the driver approves and issues each CSR the moment it appears.
 //!
+//! Also: the http2 and one-process variants of the nodeauth configurations, and `KCM tuned,
+//! the full policy's CSRs` (the attested CSRs the full policy gets: the same inputs; the full
+//! policy's goals are checked against it as well as against KCM tuned on plain CSRs).
+//!
 //! Reported per N: time until all N are issued, per-node p50/p99 (create → certificate seen),
 //! the controllers' CPU seconds (utime + stime over the run, from /proc) and peak RSS (VmHWM),
 //! ratios to the floor and to tuned KCM, and the issue's goals checked for the full policy.
@@ -52,7 +56,7 @@ pub struct StormArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "nodeauth-kcm,nodeauth-full,nodeauth-full-warnings,nodeauth-kcm-http2,nodeauth-full-http2,nodeauth-kcm-one,nodeauth-full-one,kcm-default,kcm-tuned,floor"
+        default_value = "nodeauth-kcm,nodeauth-full,nodeauth-full-warnings,nodeauth-kcm-http2,nodeauth-full-http2,nodeauth-kcm-one,nodeauth-full-one,kcm-default,kcm-tuned,kcm-tuned-attested,floor"
     )]
     configs: Vec<Config>,
     /// Where to write the Markdown report.
@@ -104,6 +108,7 @@ impl StormArgs {
                 Config::NodeauthFullOne,
                 Config::KcmDefault,
                 Config::KcmTuned,
+                Config::KcmTunedAttested,
                 Config::Floor,
             ],
             out,
@@ -127,6 +132,9 @@ enum Config {
     NodeauthFullOne,
     KcmDefault,
     KcmTuned,
+    /// KCM tuned, given the full policy's CSRs (each carrying its attestation envelope): the
+    /// same inputs as the full policy, which its goals are checked against.
+    KcmTunedAttested,
     Floor,
 }
 
@@ -142,6 +150,7 @@ impl Config {
             Config::NodeauthFullOne => "nodeauth, full policy, one process",
             Config::KcmDefault => "KCM defaults",
             Config::KcmTuned => "KCM tuned",
+            Config::KcmTunedAttested => "KCM tuned, the full policy's CSRs",
             Config::Floor => "floor (no controller)",
         }
     }
@@ -420,9 +429,9 @@ async fn one(
                 .await?;
             nodeauth = Some(na);
         }
-        Config::KcmDefault | Config::KcmTuned => {
+        Config::KcmDefault | Config::KcmTuned | Config::KcmTunedAttested => {
             let mut opts = KcmOptions::controllers(&["csrapproving", "csrsigning"]);
-            if config == Config::KcmTuned {
+            if config != Config::KcmDefault {
                 opts.extra_args = vec![
                     format!("--kube-api-qps={}", args.kcm_qps),
                     format!("--kube-api-burst={}", args.kcm_qps * 2),
@@ -449,7 +458,8 @@ async fn one(
         Config::NodeauthFull
         | Config::NodeauthFullWarnings
         | Config::NodeauthFullHttp2
-        | Config::NodeauthFullOne => "insecure",
+        | Config::NodeauthFullOne
+        | Config::KcmTunedAttested => "insecure",
         Config::Floor => "floor",
         _ => "plain",
     };
@@ -465,6 +475,7 @@ async fn one(
             Config::NodeauthFullOne => "nf1",
             Config::KcmDefault => "kd",
             Config::KcmTuned => "kt",
+            Config::KcmTunedAttested => "kta",
             Config::Floor => "fl",
         },
         nodeauth_testenv::random_lower_alnum(4)
@@ -639,7 +650,7 @@ async fn verify_decisions(
         | Config::NodeauthFullWarnings
         | Config::NodeauthFullHttp2
         | Config::NodeauthFullOne => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
-        Config::KcmDefault | Config::KcmTuned => ("AutoApproved", None),
+        Config::KcmDefault | Config::KcmTuned | Config::KcmTunedAttested => ("AutoApproved", None),
         Config::Floor => ("Floor", None),
     };
     let list = csrs
@@ -820,20 +831,20 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
                 floor.map_or("—".into(), |f| format!("{:.2}", m.total_s / f.total_s)),
             );
         }
-        if let Some(tuned) = tuned {
-            for config in [
-                Config::NodeauthKcm,
-                Config::NodeauthFull,
-                Config::NodeauthKcmHttp2,
-                Config::NodeauthFullHttp2,
-                Config::NodeauthKcmOne,
-                Config::NodeauthFullOne,
-            ] {
-                let Some(m) = find(config) else { continue };
+        for config in [
+            Config::NodeauthKcm,
+            Config::NodeauthFull,
+            Config::NodeauthKcmHttp2,
+            Config::NodeauthFullHttp2,
+            Config::NodeauthKcmOne,
+            Config::NodeauthFullOne,
+        ] {
+            let Some(m) = find(config) else { continue };
+            for (tuned, what) in references(config, tuned, find(Config::KcmTunedAttested)) {
                 let _ = writeln!(r);
                 let _ = writeln!(
                     r,
-                    "Goals (issue 23), {} at N = {n}, against KCM tuned {}:",
+                    "Goals (issue 23), {} at N = {n}, against {what} {}:",
                     m.config.label(),
                     if args.rounds > 1 {
                         "(medians over the same rounds)"
@@ -930,6 +941,33 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
     }
     cost_curve(&mut r, results, counts);
     r
+}
+
+/// Whether `config` runs the full policy (its CSRs carry attestation envelopes).
+fn full_policy(config: Config) -> bool {
+    matches!(
+        config,
+        Config::NodeauthFull
+            | Config::NodeauthFullWarnings
+            | Config::NodeauthFullHttp2
+            | Config::NodeauthFullOne
+    )
+}
+
+/// What a nodeauth configuration's goals are checked against: KCM tuned, and for a full-policy
+/// configuration also KCM tuned given the same (attested) CSRs, when the run has them.
+fn references<'m>(
+    config: Config,
+    tuned: Option<&'m Measured>,
+    tuned_attested: Option<&'m Measured>,
+) -> Vec<(&'m Measured, &'static str)> {
+    let mut out: Vec<(&Measured, &str)> = tuned.map(|t| (t, "KCM tuned")).into_iter().collect();
+    if full_policy(config)
+        && let Some(t) = tuned_attested
+    {
+        out.push((t, "KCM tuned given the same CSRs"));
+    }
+    out
 }
 
 /// The median of `v` (the mean of the middle two for an even count); 0 for none.
@@ -1037,38 +1075,66 @@ fn rounds_section(
                 Some(m.total_s <= 1.2 * f?.total_s)
             }),
         ];
-        let nodeauth: Vec<Config> = configs
+        // One column per nodeauth configuration and reference it is checked against.
+        let columns: Vec<(Config, Config, String)> = configs
             .iter()
             .copied()
-            .filter(|c| !matches!(c, Config::KcmDefault | Config::KcmTuned | Config::Floor))
+            .filter(|c| {
+                !matches!(
+                    c,
+                    Config::KcmDefault
+                        | Config::KcmTuned
+                        | Config::KcmTunedAttested
+                        | Config::Floor
+                )
+            })
+            .flat_map(|c| {
+                let tuned = configs
+                    .contains(&Config::KcmTuned)
+                    .then_some(Config::KcmTuned);
+                let attested = configs
+                    .contains(&Config::KcmTunedAttested)
+                    .then_some(Config::KcmTunedAttested);
+                let mut out = vec![];
+                if let Some(t) = tuned {
+                    out.push((c, t, c.label().to_owned()));
+                }
+                if let Some(t) = attested
+                    && full_policy(c)
+                {
+                    out.push((c, t, format!("{}, vs the same CSRs", c.label())));
+                }
+                out
+            })
             .collect();
-        if nodeauth.is_empty() || !configs.contains(&Config::KcmTuned) {
+        if columns.is_empty() {
             continue;
         }
         let _ = writeln!(r);
         let _ = writeln!(
             r,
-            "Goals (issue 23): rounds met, each against KCM tuned (and the floor) of its own round:"
+            "Goals (issue 23): rounds met, each against KCM tuned (given the same CSRs where \
+             the column says so) and the floor of its own round:"
         );
         let _ = writeln!(r);
         let _ = writeln!(
             r,
             "| goal | {} |",
-            nodeauth
+            columns
                 .iter()
-                .map(|c| c.label())
+                .map(|c| c.2.as_str())
                 .collect::<Vec<_>>()
                 .join(" | ")
         );
-        let _ = writeln!(r, "|---|{}", "---:|".repeat(nodeauth.len()));
+        let _ = writeln!(r, "|---|{}", "---:|".repeat(columns.len()));
         for (goal, check) in goals {
-            let cells: Vec<String> = nodeauth
+            let cells: Vec<String> = columns
                 .iter()
-                .map(|&config| {
+                .map(|&(config, reference, _)| {
                     let verdicts: Vec<bool> = (0..rounds)
                         .filter_map(|round| {
                             let m = at(config, round)?;
-                            let t = at(Config::KcmTuned, round)?;
+                            let t = at(reference, round)?;
                             check(m, t, at(Config::Floor, round))
                         })
                         .collect();
