@@ -441,7 +441,7 @@ fn run_step(what: &str, mut cmd: Command) -> Result<()> {
 }
 
 /// Seconds each fuzz target runs in `cargo xtask test` (a smoke run, not a campaign).
-const FUZZ_SMOKE_SECONDS: u32 = 10;
+const FUZZ_SMOKE_SECONDS: u32 = 5;
 
 fn test(cargo_args: &[String]) -> Result<ExitCode> {
     setup()?;

@@ -215,9 +215,41 @@ fn referenced_names(text: &str) -> BTreeSet<String> {
 /// One release at a time: the chart's cluster-scoped RBAC has fixed names.
 static RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Deletes the controllers' Leases. Their holders, the previous test's processes, are gone:
+/// the next test's controllers would otherwise wait out a Lease duration, and a Lease
+/// nodeauth-signer left behind would hide whether the one-process approver took one.
+async fn free_leases() {
+    let admin = cp().admin_client().await.unwrap();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin, NS);
+    for (_, name) in common::CONTROLLERS {
+        let _ = leases
+            .delete(&format!("nodeauth-{name}"), &DeleteParams::default())
+            .await;
+    }
+}
+
+/// Uninstalls the release when dropped, so a failed test leaves nothing for the next one (a
+/// test that uninstalls and checks it itself leaves this nothing to do).
+struct Installed;
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        let kubeconfig = cp().admin_kubeconfig_path();
+        let _ = common::helm_output(&[
+            "uninstall",
+            "nodeauth",
+            "--namespace",
+            NS,
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap_or_default(),
+        ]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_then_each_controller_works_under_its_chart_service_account() {
     let _one_release = RELEASE.lock().await;
+    free_leases().await;
     let cp = cp();
     let admin = cp.admin_client().await.unwrap();
 
@@ -244,6 +276,7 @@ async fn helm_install_then_each_controller_works_under_its_chart_service_account
         "--set",
         "bootstrapSigner.anonymousClusterInfo=true",
     ]);
+    let _installed = Installed;
     assert!(out.contains("STATUS: deployed"), "{out}");
     let status = common::helm(&[
         "status",
@@ -615,6 +648,7 @@ async fn helm_install_then_each_controller_works_under_its_chart_service_account
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_approver() {
     let _one_release = RELEASE.lock().await;
+    free_leases().await;
     let cp = cp();
     let admin = cp.admin_client().await.unwrap();
     let ca = nodeauth_testenv::pki::Ca::new("nodeauth helm one-process CA").unwrap();
@@ -641,6 +675,7 @@ async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_appro
         "--set",
         "tokenCleaner.enabled=false",
     ]);
+    let _installed = Installed;
     assert!(out.contains("STATUS: deployed"), "{out}");
     assert!(out.contains("in the approver's process"), "{out}");
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
@@ -673,12 +708,7 @@ async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_appro
     let sa_user = format!("system:serviceaccount:{NS}:nodeauth-approver");
     assert!(may_sign(&admin, &sa_user, CLIENT_SIGNER).await);
     assert!(!may_sign(&admin, &sa_user, API_CLIENT_SIGNER).await);
-    // A Lease nodeauth-signer left by the other test's signer would hide whether this one
-    // took it.
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
-    let _ = leases
-        .delete("nodeauth-signer", &DeleteParams::default())
-        .await;
 
     // approver --signer as the chart's approver ServiceAccount: a new node's bootstrap CSR is
     // approved and issued by the CA the chart would mount.
@@ -731,15 +761,19 @@ async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_appro
         &[&ca.pair().cert_pem],
     )
     .expect("issued by the CA given to --signer");
-    let body = approver.metrics();
+    // Both controllers' counts on one /metrics (each counted just after its write: wait).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     for family in [
         "nodeauth_approver_decisions_total",
         "nodeauth_signer_issued_total",
     ] {
-        assert!(
-            body.lines().any(|l| l.starts_with(family)),
-            "{family} missing from the one process's /metrics"
-        );
+        while !approver.metrics().lines().any(|l| l.starts_with(family)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{family} missing from the one process's /metrics after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
     // One Lease, the approver's; the signer's is never taken.
     let held = leases.get("nodeauth-approver").await.unwrap();
