@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
@@ -215,6 +216,85 @@ fn referenced_names(text: &str) -> BTreeSet<String> {
 /// One release at a time: the chart's cluster-scoped RBAC has fixed names.
 static RELEASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// A new CA named `name`, its certificate and key written as `tls.crt` and `tls.key` (what
+/// the chart mounts from a kubernetes.io/tls Secret) in a temporary directory.
+fn ca_files(
+    name: &str,
+) -> (
+    nodeauth_testenv::pki::Ca,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    let ca = nodeauth_testenv::pki::Ca::new(name).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&crt, &ca.pair().cert_pem).unwrap();
+    nodeauth_testenv::pki::write_private(&key, ca.pair().key_pem.as_bytes()).unwrap();
+    (ca, dir, crt, key)
+}
+
+/// The release a test installed: uninstalled, then the next test let in, when dropped.
+struct Release {
+    _installed: Installed,
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits for the previous test's release to go, then `helm install nodeauth` of the chart
+/// into the control plane with these `--set`s; returns the release and helm's output, which
+/// must say it deployed.
+async fn install(sets: &[&str]) -> (Release, String) {
+    let one_at_a_time = RELEASE.lock().await;
+    free_leases().await;
+    let kubeconfig = cp().admin_kubeconfig_path();
+    let chart = common::chart();
+    let mut args = vec![
+        "install",
+        "nodeauth",
+        chart.to_str().unwrap(),
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let out = common::helm(&args);
+    let release = Release {
+        _installed: Installed,
+        _one_at_a_time: one_at_a_time,
+    };
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    (release, out)
+}
+
+/// A kubelet client CSR for a new node, created with `joining` (a bootstrap token's client);
+/// waits (60 s) until it is approved and issued, as `what` says, and returns it.
+async fn a_new_node_is_issued(joining: &kube::Client, what: &str) -> CertificateSigningRequest {
+    let node = unique_name("helm-node");
+    let csr_name = create_csr(
+        joining,
+        CLIENT_SIGNER,
+        &CLIENT_USAGES,
+        csr_pem(CsrBuilder::kubelet_client(&node)),
+    )
+    .await;
+    let admin = cp().admin_client().await.unwrap();
+    wait_for(
+        Api::all(admin),
+        &csr_name,
+        60,
+        what,
+        |c: Option<&CertificateSigningRequest>| {
+            c.is_some_and(|c| condition(c, "Approved") && issued(c))
+        },
+    )
+    .await
+    .unwrap()
+}
+
 /// Deletes the controllers' Leases. Their holders, the previous test's processes, are gone:
 /// the next test's controllers would otherwise wait out a Lease duration, and a Lease
 /// nodeauth-signer left behind would hide whether the one-process approver took one.
@@ -248,36 +328,16 @@ impl Drop for Installed {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_then_each_controller_works_under_its_chart_service_account() {
-    let _one_release = RELEASE.lock().await;
-    free_leases().await;
     let cp = cp();
     let admin = cp.admin_client().await.unwrap();
 
     // The CA the signer signs with: the chart mounts it from the Secret nodeauth-ca
     // (kubernetes.io/tls); out of cluster, the same files are written by hand.
-    let ca = nodeauth_testenv::pki::Ca::new("nodeauth helm test CA").unwrap();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let (ca_crt, ca_key) = (ca_dir.path().join("tls.crt"), ca_dir.path().join("tls.key"));
-    std::fs::write(&ca_crt, &ca.pair().cert_pem).unwrap();
-    nodeauth_testenv::pki::write_private(&ca_key, ca.pair().key_pem.as_bytes()).unwrap();
+    let (_, ca_dir, ca_crt, ca_key) = ca_files("nodeauth helm test CA");
 
     // 1. helm install, with the default values (all four controllers).
     let kubeconfig = cp.admin_kubeconfig_path();
-    let chart = common::chart();
-    let out = common::helm(&[
-        "install",
-        "nodeauth",
-        chart.to_str().unwrap(),
-        "--namespace",
-        NS,
-        "--create-namespace",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--set",
-        "bootstrapSigner.anonymousClusterInfo=true",
-    ]);
-    let _installed = Installed;
-    assert!(out.contains("STATUS: deployed"), "{out}");
+    let (_release, _) = install(&["bootstrapSigner.anonymousClusterInfo=true"]).await;
     let status = common::helm(&[
         "status",
         "nodeauth",
@@ -335,34 +395,14 @@ async fn helm_install_then_each_controller_works_under_its_chart_service_account
     let token_cleaner = start("token-cleaner", &[]).await;
 
     // approver + signer: a new node's bootstrap CSR is approved, then signed.
-    let group = "system:bootstrappers:nodeauth-helm";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
+    let token =
+        nodeauth_testenv::kubeadm_bootstrap_token(&admin, "system:bootstrappers:nodeauth-helm")
+            .await
+            .unwrap();
     let joining = cp.client(&Credential::Token(token.clone())).await.unwrap();
-    let node = unique_name("helm-node");
-    let csr_name = create_csr(
-        &joining,
-        CLIENT_SIGNER,
-        &CLIENT_USAGES,
-        csr_pem(CsrBuilder::kubelet_client(&node)),
-    )
-    .await;
+    let csr = a_new_node_is_issued(&joining, "the approver approves and the signer signs").await;
+    let csr_name = csr.name_any();
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let csr = wait_for(
-        csrs.clone(),
-        &csr_name,
-        60,
-        "the approver approves and the signer signs",
-        |c: Option<&CertificateSigningRequest>| {
-            c.is_some_and(|c| condition(c, "Approved") && issued(c))
-        },
-    )
-    .await
-    .unwrap();
     assert!(!condition(&csr, "Denied") && !condition(&csr, "Failed"));
 
     // approver: a token holder asking for an EXISTING node's name is denied (rule failures);
@@ -642,41 +682,23 @@ async fn helm_install_then_each_controller_works_under_its_chart_service_account
         "Deployments survived helm uninstall"
     );
 }
+
 /// `signer.inApproverProcess`: no signer Deployment; the approver's Deployment carries the
 /// signer's flags and CA mounts; and `approver --signer`, run as the approver's ServiceAccount
 /// under the chart's RBAC, approves and issues a new node's certificate under one Lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_approver() {
-    let _one_release = RELEASE.lock().await;
-    free_leases().await;
     let cp = cp();
     let admin = cp.admin_client().await.unwrap();
-    let ca = nodeauth_testenv::pki::Ca::new("nodeauth helm one-process CA").unwrap();
-    let ca_dir = tempfile::tempdir().unwrap();
-    let (ca_crt, ca_key) = (ca_dir.path().join("tls.crt"), ca_dir.path().join("tls.key"));
-    std::fs::write(&ca_crt, &ca.pair().cert_pem).unwrap();
-    nodeauth_testenv::pki::write_private(&ca_key, ca.pair().key_pem.as_bytes()).unwrap();
+    let (ca, _ca_dir, ca_crt, ca_key) = ca_files("nodeauth helm one-process CA");
 
     let kubeconfig = cp.admin_kubeconfig_path();
-    let chart = common::chart();
-    let out = common::helm(&[
-        "install",
-        "nodeauth",
-        chart.to_str().unwrap(),
-        "--namespace",
-        NS,
-        "--create-namespace",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--set",
+    let (_release, out) = install(&[
         "signer.inApproverProcess=true",
-        "--set",
         "bootstrapSigner.enabled=false",
-        "--set",
         "tokenCleaner.enabled=false",
-    ]);
-    let _installed = Installed;
-    assert!(out.contains("STATUS: deployed"), "{out}");
+    ])
+    .await;
     assert!(out.contains("in the approver's process"), "{out}");
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(admin.clone(), NS);
@@ -727,34 +749,12 @@ async fn helm_install_with_the_signer_in_the_approver_process_signs_as_the_appro
         ],
     )
     .await;
-    let group = "system:bootstrappers:nodeauth-helm-one";
-    nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-        .await
-        .unwrap();
-    let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-        .await
-        .unwrap();
+    let token =
+        nodeauth_testenv::kubeadm_bootstrap_token(&admin, "system:bootstrappers:nodeauth-helm-one")
+            .await
+            .unwrap();
     let joining = cp.client(&Credential::Token(token)).await.unwrap();
-    let node = unique_name("helm-one-node");
-    let csr_name = create_csr(
-        &joining,
-        CLIENT_SIGNER,
-        &CLIENT_USAGES,
-        csr_pem(CsrBuilder::kubelet_client(&node)),
-    )
-    .await;
-    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let csr = wait_for(
-        csrs.clone(),
-        &csr_name,
-        60,
-        "the approver approves and signs",
-        |c: Option<&CertificateSigningRequest>| {
-            c.is_some_and(|c| condition(c, "Approved") && issued(c))
-        },
-    )
-    .await
-    .unwrap();
+    let csr = a_new_node_is_issued(&joining, "the approver approves and signs").await;
     nodeauth_testenv::certcheck::check_issued(
         &csr.spec.request.0,
         nodeauth_k8s::csr::certificate(&csr).unwrap(),

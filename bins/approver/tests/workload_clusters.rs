@@ -404,13 +404,10 @@ async fn unmodified_kubelets_join_two_workload_clusters_through_the_management_c
             .await
             .unwrap();
         let admin = plane.admin_client().await.unwrap();
-        let group = "system:bootstrappers:nodeauth-test";
-        nodeauth_testenv::bind_kubeadm_node_bootstrap(&admin, group)
-            .await
-            .unwrap();
-        let token = nodeauth_testenv::create_bootstrap_token(&admin, &[group])
-            .await
-            .unwrap();
+        let token =
+            nodeauth_testenv::kubeadm_bootstrap_token(&admin, "system:bootstrappers:nodeauth-test")
+                .await
+                .unwrap();
         let bootstrap = plane.kubeconfig("kubelet-bootstrap", &Credential::Token(token));
         kubelets.push(
             plane

@@ -220,6 +220,14 @@ pub async fn create_csr(
     Ok(name)
 }
 
+/// A bootstrap token in group `group`, bound as kubeadm binds its token groups
+/// ([`bind_kubeadm_node_bootstrap`]: its holders may create CSRs and ask for node client
+/// certificates): what a joining node holds.
+pub async fn kubeadm_bootstrap_token(client: &kube::Client, group: &str) -> Result<String, Error> {
+    bind_kubeadm_node_bootstrap(client, group).await?;
+    create_bootstrap_token(client, &[group]).await
+}
+
 /// Creates a bootstrap token Secret (usages signing + authentication, no expiry) with these
 /// extra groups, and returns the token `<id>.<secret>`.
 ///
