@@ -192,15 +192,8 @@ pub struct Cli {
     )]
     pub apiserver_names: Vec<String>,
 
-    /// Groups (organizations) refused in every client certificate, on top of `system:masters`
-    /// (always refused whatever the signer): your cluster-admin groups, say. Give the signer
-    /// the same list. Repeatable, or comma-separated.
-    #[arg(
-        long = "forbidden-group",
-        env = "NODEAUTH_FORBIDDEN_GROUPS",
-        value_delimiter = ','
-    )]
-    pub forbidden_groups: Vec<String>,
+    #[command(flatten)]
+    pub forbidden: signer::ForbiddenGroups,
 
     // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
     #[command(flatten)]

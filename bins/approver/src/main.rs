@@ -100,7 +100,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(
             signer::companion(
                 &cli.signing,
-                &cli.forbidden_groups,
+                &cli.forbidden.groups,
                 cli.runtime.workers,
                 config.root_cert.as_deref().unwrap_or(&[]),
                 &rt.companion("signer"),
@@ -171,7 +171,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics,
         reconciles: rt.metrics().reconcile().clone(),
         workers: cli.runtime.workers,
-        forbidden_groups: cli.forbidden_groups.clone(),
+        forbidden_groups: cli.forbidden.groups.clone(),
         reservation_namespace: cli.reservation_namespace.clone(),
         name_reservation_ttl: cli.name_reservation_ttl,
         service_cidrs,

@@ -75,15 +75,8 @@ pub struct Cli {
     #[command(flatten)]
     pub signing: Signing,
 
-    /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
-    /// which is always refused whatever the signer's name or profile: your cluster-admin
-    /// groups, say. Repeatable, or comma-separated.
-    #[arg(
-        long = "forbidden-group",
-        env = "NODEAUTH_FORBIDDEN_GROUPS",
-        value_delimiter = ','
-    )]
-    pub forbidden_groups: Vec<String>,
+    #[command(flatten)]
+    pub forbidden: ForbiddenGroups,
 
     // --workload-clusters, --workload-cluster-namespace (see the management-cluster paragraph).
     #[command(flatten)]
@@ -184,4 +177,22 @@ mod tests {
         assert_eq!(cli.signing.mode, Mode::All);
         assert!(threshold(Duration::ZERO).is_none());
     }
+}
+
+/// `--forbidden-group`: one flag for the signer and the approver (which links this crate), so
+/// both read the same list the same way.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForbiddenGroups {
+    /// Groups (organizations) no client certificate may carry, on top of `system:masters`,
+    /// which is always refused whatever the signer's name or profile: your cluster-admin
+    /// groups, say. The approver denies CSRs asking for them and the signer refuses to issue
+    /// them: give both the same list (`approver --signer` uses its one list for both).
+    /// Repeatable, or comma-separated.
+    #[arg(
+        long = "forbidden-group",
+        env = "NODEAUTH_FORBIDDEN_GROUPS",
+        value_name = "GROUP",
+        value_delimiter = ','
+    )]
+    pub groups: Vec<String>,
 }

@@ -40,7 +40,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use cas::{ClientTrusted, Slot, Slots};
-pub use cli::{Cli, Signing};
+pub use cli::{Cli, ForbiddenGroups, Signing};
 use cli::{GcScope, Mode, threshold};
 use controller::{CONTROLLER, Ctx, SignerMetrics, ca_loop, error_policy, reconcile};
 
@@ -77,7 +77,7 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
     let rt = ControllerRuntime::new(CONTROLLER, &cli.runtime).await?;
     let prepared = prepare(
         &cli.signing,
-        &cli.forbidden_groups,
+        &cli.forbidden.groups,
         config.root_cert.as_deref().unwrap_or(&[]),
         &rt,
     )
@@ -85,7 +85,7 @@ pub async fn run(cli: Cli) -> Result<(), StartError> {
     if cli.workloads.workload_clusters {
         let shared = Arc::new(workloads::Shared {
             policy: prepared.policy,
-            forbidden_groups: cli.forbidden_groups.clone(),
+            forbidden_groups: cli.forbidden.groups.clone(),
             sign: cli.signing.mode != Mode::GcOnly,
             gc: prepared.gc,
             metrics: prepared.metrics,
