@@ -455,11 +455,8 @@ async fn one(
     let requests0 = apiserver_requests(&admin).await?;
 
     let mode = match config {
-        Config::NodeauthFull
-        | Config::NodeauthFullWarnings
-        | Config::NodeauthFullHttp2
-        | Config::NodeauthFullOne
-        | Config::KcmTunedAttested => "insecure",
+        // The full policy's CSRs, attestation envelopes included.
+        c if full_policy(c) || c == Config::KcmTunedAttested => "insecure",
         Config::Floor => "floor",
         _ => "plain",
     };
@@ -954,14 +951,15 @@ fn full_policy(config: Config) -> bool {
     )
 }
 
-/// What a nodeauth configuration's goals are checked against: KCM tuned, and for a full-policy
-/// configuration also KCM tuned given the same (attested) CSRs, when the run has them.
-fn references<'m>(
+/// What a nodeauth configuration's goals are checked against (`T`: a configuration, or its
+/// measurement): KCM tuned, and for a full-policy configuration also KCM tuned given the same
+/// (attested) CSRs, each when the run has it.
+fn references<T>(
     config: Config,
-    tuned: Option<&'m Measured>,
-    tuned_attested: Option<&'m Measured>,
-) -> Vec<(&'m Measured, &'static str)> {
-    let mut out: Vec<(&Measured, &str)> = tuned.map(|t| (t, "KCM tuned")).into_iter().collect();
+    tuned: Option<T>,
+    tuned_attested: Option<T>,
+) -> Vec<(T, &'static str)> {
+    let mut out: Vec<(T, &str)> = tuned.map(|t| (t, "KCM tuned")).into_iter().collect();
     if full_policy(config)
         && let Some(t) = tuned_attested
     {
@@ -1089,22 +1087,14 @@ fn rounds_section(
                 )
             })
             .flat_map(|c| {
-                let tuned = configs
-                    .contains(&Config::KcmTuned)
-                    .then_some(Config::KcmTuned);
-                let attested = configs
-                    .contains(&Config::KcmTunedAttested)
-                    .then_some(Config::KcmTunedAttested);
-                let mut out = vec![];
-                if let Some(t) = tuned {
-                    out.push((c, t, c.label().to_owned()));
-                }
-                if let Some(t) = attested
-                    && full_policy(c)
-                {
-                    out.push((c, t, format!("{}, vs the same CSRs", c.label())));
-                }
-                out
+                let present = |r: Config| configs.contains(&r).then_some(r);
+                references(
+                    c,
+                    present(Config::KcmTuned),
+                    present(Config::KcmTunedAttested),
+                )
+                .into_iter()
+                .map(move |(r, what)| (c, r, format!("{}, vs {what}", c.label())))
             })
             .collect();
         if columns.is_empty() {
@@ -1236,7 +1226,65 @@ fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{median, parse_request_totals};
+    use super::{Config, Measured, median, medians, parse_request_totals, rounds_section};
+
+    fn measured(config: Config, round: usize, total_s: f64, cpu: f64) -> Measured {
+        let controllers = if matches!(config, Config::Floor) {
+            vec![]
+        } else {
+            vec![("c", cpu, 30.0)]
+        };
+        Measured {
+            config,
+            nodes: 10,
+            round,
+            total_s,
+            p50_s: total_s / 2.0,
+            p99_s: total_s,
+            controllers,
+            apiserver_cpu_s: 1.0,
+            requests: std::collections::BTreeMap::new(),
+            retries: Some(round),
+        }
+    }
+
+    #[test]
+    fn rounds_take_each_figures_median_and_tally_goals_against_their_own_round() {
+        let configs = [
+            Config::NodeauthFullOne,
+            Config::KcmTuned,
+            Config::KcmTunedAttested,
+            Config::Floor,
+        ];
+        // Times per round: full 5, 7, 6; KCM 6, 6, 5; KCM on the same CSRs 7, 8, 7; floor 4.
+        let mut rows = vec![];
+        for (round, (full, kcm, same)) in [(5.0, 6.0, 7.0), (7.0, 6.0, 8.0), (6.0, 5.0, 7.0)]
+            .into_iter()
+            .enumerate()
+        {
+            rows.push(measured(Config::NodeauthFullOne, round, full, 1.0));
+            rows.push(measured(Config::KcmTuned, round, kcm, 2.0));
+            rows.push(measured(Config::KcmTunedAttested, round, same, 2.0));
+            rows.push(measured(Config::Floor, round, 4.0, 0.0));
+        }
+        let m = medians(&rows, &[10], &configs);
+        assert_eq!(m.len(), 4);
+        let full = m
+            .iter()
+            .find(|m| m.config == Config::NodeauthFullOne)
+            .unwrap();
+        assert!((full.total_s - 6.0).abs() < 1e-9);
+        assert_eq!(full.retries, Some(2), "the most retries of any round");
+        let mut r = String::new();
+        rounds_section(&mut r, &rows, &[10], &configs, 3);
+        // Against KCM tuned, round by round: 5 <= 6, 7 > 6, 6 > 5; against the same CSRs: all.
+        assert!(r.contains("| time ≤ KCM tuned | 1 of 3 | 3 of 3 |"), "{r}");
+        assert!(
+            r.contains("| within 1.2x the floor | 0 of 3 | 0 of 3 |"),
+            "{r}"
+        );
+        assert!(r.contains("vs KCM tuned given the same CSRs"), "{r}");
+    }
 
     #[test]
     fn medians_of_odd_even_and_empty_counts() {
