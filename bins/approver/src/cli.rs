@@ -229,3 +229,22 @@ pub fn read_ticket_key(path: &std::path::Path) -> Result<[u8; 32], String> {
     }
     Ok(key)
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::Cli;
+
+    #[test]
+    fn one_forbidden_group_list_serves_approver_and_in_process_signer() {
+        let cli = Cli::try_parse_from([
+            "approver",
+            "--forbidden-group=admins,ops",
+            "--forbidden-group",
+            "break-glass",
+        ])
+        .unwrap();
+        assert_eq!(cli.forbidden.groups, ["admins", "ops", "break-glass"]);
+    }
+}

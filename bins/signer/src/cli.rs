@@ -176,6 +176,20 @@ mod tests {
         assert!(cli.signing.gc_expired && !cli.signing.append_chain);
         assert_eq!(cli.signing.mode, Mode::All);
         assert!(threshold(Duration::ZERO).is_none());
+        assert!(cli.forbidden.groups.is_empty());
+    }
+
+    #[test]
+    fn forbidden_groups_repeat_and_split_on_commas() {
+        let cli = Cli::try_parse_from([
+            "signer",
+            "--signer=kubernetes.io/kubelet-serving=/c,/k",
+            "--forbidden-group=admins,ops",
+            "--forbidden-group",
+            "break-glass",
+        ])
+        .unwrap();
+        assert_eq!(cli.forbidden.groups, ["admins", "ops", "break-glass"]);
     }
 }
 
