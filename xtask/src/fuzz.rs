@@ -27,6 +27,13 @@ fn fuzz_root() -> PathBuf {
     k8s::cache_root().join("fuzz")
 }
 
+/// cargo-fuzz's own target directory (its sanitizer flags would otherwise rebuild the
+/// workspace's), inside the workspace's: whoever builds in one builds in both, so a CI run's
+/// restored source mtimes (.ci/source-mtimes) hold for both.
+fn fuzz_target_dir() -> PathBuf {
+    target_dir().join("cargo-fuzz")
+}
+
 /// Every fuzz target named in fuzz/Cargo.toml.
 pub fn targets() -> Result<Vec<String>> {
     let manifest = std::fs::read_to_string(workspace_root().join("fuzz/Cargo.toml"))
@@ -75,7 +82,7 @@ pub fn build() -> Result<()> {
     let mut b = cargo();
     b.env("RUSTC_BOOTSTRAP", "1")
         .args(["fuzz", "build", "--target-dir"])
-        .arg(k8s::cache_root().join("target-fuzz"));
+        .arg(fuzz_target_dir());
     run_step(
         &format!("cargo fuzz build ({} targets)", targets()?.len()),
         b,
@@ -92,7 +99,7 @@ pub fn run_target(target: &str, seconds: u64, execs: Option<u64>) -> Result<Stat
     let mut r = cargo();
     r.env("RUSTC_BOOTSTRAP", "1")
         .args(["fuzz", "run", "--target-dir"])
-        .arg(k8s::cache_root().join("target-fuzz"))
+        .arg(fuzz_target_dir())
         .arg(target)
         .arg(&corpus);
     for seed in seeds(target) {

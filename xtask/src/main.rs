@@ -425,10 +425,39 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// A cargo command in the workspace root, without the variables cargo set for xtask itself.
 pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace_root());
+    for (name, _) in std::env::vars_os() {
+        if name
+            .to_str()
+            .is_some_and(is_set_by_cargo_for_the_running_crate)
+        {
+            c.env_remove(name);
+        }
+    }
     c
+}
+
+/// Whether `name` is one of the variables cargo sets for the crate it builds or runs
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...). A nested cargo inheriting them finds, for
+/// example, ring's recorded `CARGO_MANIFEST_DIR` "changed" and rebuilds ring and everything
+/// above it; the next cargo without them rebuilds it all again.
+fn is_set_by_cargo_for_the_running_crate(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+                | "OUT_DIR"
+        )
 }
 
 fn run_step(what: &str, mut cmd: Command) -> Result<()> {
@@ -554,4 +583,33 @@ fn fuzz_smoke() -> Result<()> {
         targets.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cargo;
+
+    #[test]
+    fn nested_cargo_does_not_inherit_the_variables_cargo_set_for_the_running_crate() {
+        // `cargo test` runs this binary with them set, as `cargo xtask` runs xtask.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        let command = cargo();
+        let removed: Vec<String> = command
+            .get_envs()
+            .filter(|(_, value)| value.is_none())
+            .map(|(name, _)| name.to_string_lossy().into_owned())
+            .collect();
+        for name in ["CARGO_MANIFEST_DIR", "CARGO_PKG_NAME", "CARGO_PKG_VERSION"] {
+            assert!(removed.iter().any(|r| r == name), "{name}: {removed:?}");
+        }
+        // What the caller chose for every cargo stays.
+        for name in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_INCREMENTAL",
+            "CARGO",
+        ] {
+            assert!(!removed.iter().any(|r| r == name), "{name}: {removed:?}");
+        }
+    }
 }
