@@ -13,7 +13,11 @@
 //!
 //! Also: the http2 and one-process variants of the nodeauth configurations, and `KCM tuned,
 //! the full policy's CSRs` (the attested CSRs the full policy gets: the same inputs; the full
-//! policy's goals are checked against it as well as against KCM tuned on plain CSRs).
+//! policy's goals are checked against it as well as against KCM tuned on plain CSRs), and
+//! (chosen with `--configs`, not run by default) both KCM tuned configurations again with
+//! kubeadm's credentials: the other KCM configurations run as `system:masters`, whose
+//! requests the apiserver does not authorize, while nodeauth's and a kubeadm cluster's KCM go
+//! through RBAC (measured: it makes no difference beyond the noise).
 //!
 //! Reported per N: time until all N are issued, per-node p50/p99 (create → certificate seen),
 //! the controllers' CPU seconds (utime + stime over the run, from /proc) and peak RSS (VmHWM),
@@ -30,7 +34,8 @@ use clap::Args;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Api, DeleteParams, ListParams};
 use nodeauth_testenv::{
-    ControlPlane, KcmOptions, NodeauthOptions, bind_kubeadm_node_bootstrap, create_bootstrap_token,
+    ControlPlane, KcmCredentials, KcmOptions, NodeauthOptions, bind_kubeadm_node_bootstrap,
+    create_bootstrap_token,
 };
 
 use crate::workspace_root;
@@ -135,6 +140,12 @@ enum Config {
     /// KCM tuned, given the full policy's CSRs (each carrying its attestation envelope): the
     /// same inputs as the full policy, which its goals are checked against.
     KcmTunedAttested,
+    /// KCM tuned with the credentials kubeadm gives it: its own identity and each controller's
+    /// ServiceAccount, so its requests go through RBAC, as nodeauth's do (the other KCM
+    /// configurations run as `system:masters`, which the apiserver does not authorize).
+    KcmTunedKubeadm,
+    /// KCM tuned with kubeadm's credentials, given the full policy's CSRs.
+    KcmTunedKubeadmAttested,
     Floor,
 }
 
@@ -151,6 +162,10 @@ impl Config {
             Config::KcmDefault => "KCM defaults",
             Config::KcmTuned => "KCM tuned",
             Config::KcmTunedAttested => "KCM tuned, the full policy's CSRs",
+            Config::KcmTunedKubeadm => "KCM tuned, kubeadm's credentials",
+            Config::KcmTunedKubeadmAttested => {
+                "KCM tuned, kubeadm's credentials, the full policy's CSRs"
+            }
             Config::Floor => "floor (no controller)",
         }
     }
@@ -429,8 +444,14 @@ async fn one(
                 .await?;
             nodeauth = Some(na);
         }
-        Config::KcmDefault | Config::KcmTuned | Config::KcmTunedAttested => {
+        c if runs_kcm(c) => {
             let mut opts = KcmOptions::controllers(&["csrapproving", "csrsigning"]);
+            if matches!(
+                config,
+                Config::KcmTunedKubeadm | Config::KcmTunedKubeadmAttested
+            ) {
+                opts.credentials = KcmCredentials::Kubeadm;
+            }
             if config != Config::KcmDefault {
                 opts.extra_args = vec![
                     format!("--kube-api-qps={}", args.kcm_qps),
@@ -439,7 +460,7 @@ async fn one(
             }
             kcm = Some(cp.start_kcm(&opts)?);
         }
-        Config::Floor => {}
+        _ => {}
     }
     let processes: Vec<(&'static str, u32)> = match (&nodeauth, &kcm) {
         (Some(na), _) => match &na.signer {
@@ -456,7 +477,14 @@ async fn one(
 
     let mode = match config {
         // The full policy's CSRs, attestation envelopes included.
-        c if full_policy(c) || c == Config::KcmTunedAttested => "insecure",
+        c if full_policy(c)
+            || matches!(
+                c,
+                Config::KcmTunedAttested | Config::KcmTunedKubeadmAttested
+            ) =>
+        {
+            "insecure"
+        }
         Config::Floor => "floor",
         _ => "plain",
     };
@@ -473,6 +501,8 @@ async fn one(
             Config::KcmDefault => "kd",
             Config::KcmTuned => "kt",
             Config::KcmTunedAttested => "kta",
+            Config::KcmTunedKubeadm => "ktk",
+            Config::KcmTunedKubeadmAttested => "ktka",
             Config::Floor => "fl",
         },
         nodeauth_testenv::random_lower_alnum(4)
@@ -647,8 +677,8 @@ async fn verify_decisions(
         | Config::NodeauthFullWarnings
         | Config::NodeauthFullHttp2
         | Config::NodeauthFullOne => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
-        Config::KcmDefault | Config::KcmTuned | Config::KcmTunedAttested => ("AutoApproved", None),
         Config::Floor => ("Floor", None),
+        _ => ("AutoApproved", None),
     };
     let list = csrs
         .list(&ListParams::default())
@@ -756,7 +786,10 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
          policy: benches/storm-policy.yaml (the approver's Node inventory, a \
          SubjectAccessReview per CSR, key algorithm, SAN count, dedup, `insecure` attestation). \
          KCM tuned: `--kube-api-qps={} --kube-api-burst={}` (kube-rs has no client-side rate \
-         limit). The apiserver, etcd, the controllers and the driver share the machine's cores.{}",
+         limit). KCM runs without leader election, as `system:masters` (authorization skipped) \
+         unless the row says kubeadm's credentials: then as kubeadm runs it, \
+         `system:kube-controller-manager` with `--use-service-account-credentials`, every request \
+         authorized by RBAC. The apiserver, etcd, the controllers and the driver share the machine's cores.{}",
         args.concurrency,
         args.kcm_qps,
         args.kcm_qps * 2,
@@ -774,7 +807,6 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
         let rows: Vec<&Measured> = results.iter().filter(|m| m.nodes == n).collect();
         let find = |c: Config| rows.iter().find(|m| m.config == c).copied();
         let floor = find(Config::Floor);
-        let tuned = find(Config::KcmTuned);
         let _ = writeln!(r);
         if args.rounds > 1 {
             let _ = writeln!(
@@ -837,7 +869,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
             Config::NodeauthFullOne,
         ] {
             let Some(m) = find(config) else { continue };
-            for (tuned, what) in references(config, tuned, find(Config::KcmTunedAttested)) {
+            for (tuned, what) in references(config, find) {
                 let _ = writeln!(r);
                 let _ = writeln!(
                     r,
@@ -951,21 +983,42 @@ fn full_policy(config: Config) -> bool {
     )
 }
 
+/// Whether `config` runs kube-controller-manager.
+fn runs_kcm(config: Config) -> bool {
+    matches!(
+        config,
+        Config::KcmDefault
+            | Config::KcmTuned
+            | Config::KcmTunedAttested
+            | Config::KcmTunedKubeadm
+            | Config::KcmTunedKubeadmAttested
+    )
+}
+
 /// What a nodeauth configuration's goals are checked against (`T`: a configuration, or its
-/// measurement): KCM tuned, and for a full-policy configuration also KCM tuned given the same
-/// (attested) CSRs, each when the run has it.
-fn references<T>(
-    config: Config,
-    tuned: Option<T>,
-    tuned_attested: Option<T>,
-) -> Vec<(T, &'static str)> {
-    let mut out: Vec<(T, &str)> = tuned.map(|t| (t, "KCM tuned")).into_iter().collect();
-    if full_policy(config)
-        && let Some(t) = tuned_attested
-    {
-        out.push((t, "KCM tuned given the same CSRs"));
+/// measurement, as `present` finds it in the run): KCM tuned with either credentials, and for
+/// a full-policy configuration also KCM tuned given the same (attested) CSRs.
+fn references<T>(config: Config, present: impl Fn(Config) -> Option<T>) -> Vec<(T, &'static str)> {
+    let mut candidates = vec![
+        (Config::KcmTuned, "KCM tuned"),
+        (
+            Config::KcmTunedKubeadm,
+            "KCM tuned with kubeadm's credentials",
+        ),
+    ];
+    if full_policy(config) {
+        candidates.extend([
+            (Config::KcmTunedAttested, "KCM tuned given the same CSRs"),
+            (
+                Config::KcmTunedKubeadmAttested,
+                "KCM tuned with kubeadm's credentials, given the same CSRs",
+            ),
+        ]);
     }
-    out
+    candidates
+        .into_iter()
+        .filter_map(|(c, what)| Some((present(c)?, what)))
+        .collect()
 }
 
 /// The median of `v` (the mean of the middle two for an even count); 0 for none.
@@ -1077,24 +1130,11 @@ fn rounds_section(
         let columns: Vec<(Config, Config, String)> = configs
             .iter()
             .copied()
-            .filter(|c| {
-                !matches!(
-                    c,
-                    Config::KcmDefault
-                        | Config::KcmTuned
-                        | Config::KcmTunedAttested
-                        | Config::Floor
-                )
-            })
+            .filter(|&c| !runs_kcm(c) && c != Config::Floor)
             .flat_map(|c| {
-                let present = |r: Config| configs.contains(&r).then_some(r);
-                references(
-                    c,
-                    present(Config::KcmTuned),
-                    present(Config::KcmTunedAttested),
-                )
-                .into_iter()
-                .map(move |(r, what)| (c, r, format!("{}, vs {what}", c.label())))
+                references(c, |r: Config| configs.contains(&r).then_some(r))
+                    .into_iter()
+                    .map(move |(r, what)| (c, r, format!("{}, vs {what}", c.label())))
             })
             .collect();
         if columns.is_empty() {
@@ -1226,7 +1266,9 @@ fn cost_curve(r: &mut String, results: &[Measured], counts: &[usize]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Config, Measured, median, medians, parse_request_totals, rounds_section};
+    use super::{
+        Config, Measured, median, medians, parse_request_totals, references, rounds_section,
+    };
 
     fn measured(config: Config, round: usize, total_s: f64, cpu: f64) -> Measured {
         let controllers = if matches!(config, Config::Floor) {
@@ -1284,6 +1326,32 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("vs KCM tuned given the same CSRs"), "{r}");
+    }
+
+    #[test]
+    fn goals_are_checked_against_each_kcm_the_run_has_and_the_same_csrs_only_for_the_full_policy() {
+        let configs = |reference: Vec<(Config, &str)>| -> Vec<Config> {
+            reference.into_iter().map(|(c, _)| c).collect()
+        };
+        assert_eq!(
+            configs(references(Config::NodeauthFullOne, Some)),
+            [
+                Config::KcmTuned,
+                Config::KcmTunedKubeadm,
+                Config::KcmTunedAttested,
+                Config::KcmTunedKubeadmAttested
+            ]
+        );
+        assert_eq!(
+            configs(references(Config::NodeauthKcmOne, Some)),
+            [Config::KcmTuned, Config::KcmTunedKubeadm]
+        );
+        assert_eq!(
+            configs(references(Config::NodeauthFull, |c| {
+                (c == Config::KcmTunedKubeadm).then_some(c)
+            })),
+            [Config::KcmTunedKubeadm]
+        );
     }
 
     #[test]

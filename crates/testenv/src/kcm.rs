@@ -14,6 +14,22 @@ pub struct KcmOptions {
     pub extra_args: Vec<String>,
     /// Tied to this process (tests) or detached (`cargo xtask cluster up --with-kcm`).
     pub lifetime: process::Lifetime,
+    /// Whose credentials it runs with.
+    pub credentials: KcmCredentials,
+}
+
+/// Whose credentials kube-controller-manager runs with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KcmCredentials {
+    /// The harness's `system:masters` client certificate, one client for every controller
+    /// (`--use-service-account-credentials=false`): the apiserver skips authorization for it.
+    #[default]
+    Admin,
+    /// As kubeadm runs it: a client certificate for `system:kube-controller-manager` (bound by
+    /// the apiserver's default RBAC) for its informers, and each controller's own
+    /// ServiceAccount token for what that controller asks (`--use-service-account-credentials`).
+    /// Every request goes through RBAC, as a nodeauth controller's does.
+    Kubeadm,
 }
 
 impl KcmOptions {
@@ -23,6 +39,7 @@ impl KcmOptions {
             controllers: names.iter().map(|s| (*s).to_string()).collect(),
             extra_args: vec![],
             lifetime: process::Lifetime::TiedToProcess,
+            credentials: KcmCredentials::Admin,
         }
     }
 }
@@ -51,17 +68,24 @@ impl Kcm {
 }
 
 impl ControlPlane {
-    /// Starts kube-controller-manager v1.37.1 as admin with the chosen controllers, signing with
-    /// the harness's KCM signer CA (trusted by the apiserver), without leader election, and waits
-    /// until it has started its controllers.
+    /// Starts kube-controller-manager v1.37.1 with the chosen controllers and credentials,
+    /// signing with the harness's KCM signer CA (trusted by the apiserver), without leader
+    /// election, and waits until it has started its controllers.
     pub fn start_kcm(&self, opts: &KcmOptions) -> Result<Kcm, Error> {
         let bin = k8s::binary("kube-controller-manager")?;
         let name = crate::unique_name("kcm");
-        let kubeconfig = self.write_kubeconfig(
-            &format!("{name}.kubeconfig"),
-            "nodeauth-admin",
-            &self.admin_credential(),
-        )?;
+        let (user, credential, per_controller) = match opts.credentials {
+            KcmCredentials::Admin => ("nodeauth-admin", self.admin_credential(), false),
+            KcmCredentials::Kubeadm => {
+                let pair = self.issue_client_cert("system:kube-controller-manager", &[])?;
+                let credential = crate::Credential::ClientCert {
+                    cert_pem: pair.cert_pem,
+                    key_pem: pair.key_pem,
+                };
+                ("system:kube-controller-manager", credential, true)
+            }
+        };
+        let kubeconfig = self.write_kubeconfig(&format!("{name}.kubeconfig"), user, &credential)?;
         let mut args = vec![
             format!("--kubeconfig={}", kubeconfig.display()),
             format!("--controllers={}", opts.controllers.join(",")),
@@ -75,7 +99,7 @@ impl ControlPlane {
             ),
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
-            "--use-service-account-credentials=false".into(),
+            format!("--use-service-account-credentials={per_controller}"),
             "--v=2".into(),
         ];
         args.extend(opts.extra_args.iter().cloned());

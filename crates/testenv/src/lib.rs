@@ -52,7 +52,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 pub use control_plane::{ControlPlane, Options, client_from_kubeconfig};
-pub use kcm::{Kcm, KcmOptions};
+pub use kcm::{Kcm, KcmCredentials, KcmOptions};
 pub use kubeconfig::Credential;
 pub use kubelet::{Kubelet, KubeletOptions, NODE_IP_PREFIX};
 pub use nodeauth::{
