@@ -28,8 +28,7 @@ fn fuzz_root() -> PathBuf {
 }
 
 /// cargo-fuzz's own target directory (its sanitizer flags would otherwise rebuild the
-/// workspace's), inside the workspace's: whoever builds in one builds in both, so a CI run's
-/// restored source mtimes (.ci/source-mtimes) hold for both.
+/// workspace's), inside the workspace's: one cache to keep, one owner (CI's, see `.ci/run`).
 fn fuzz_target_dir() -> PathBuf {
     target_dir().join("cargo-fuzz")
 }
