@@ -444,7 +444,11 @@ async fn one(
                 .await?;
             nodeauth = Some(na);
         }
-        c if runs_kcm(c) => {
+        Config::KcmDefault
+        | Config::KcmTuned
+        | Config::KcmTunedAttested
+        | Config::KcmTunedKubeadm
+        | Config::KcmTunedKubeadmAttested => {
             let mut opts = KcmOptions::controllers(&["csrapproving", "csrsigning"]);
             if matches!(
                 config,
@@ -460,7 +464,7 @@ async fn one(
             }
             kcm = Some(cp.start_kcm(&opts)?);
         }
-        _ => {}
+        Config::Floor => {}
     }
     let processes: Vec<(&'static str, u32)> = match (&nodeauth, &kcm) {
         (Some(na), _) => match &na.signer {
@@ -677,8 +681,12 @@ async fn verify_decisions(
         | Config::NodeauthFullWarnings
         | Config::NodeauthFullHttp2
         | Config::NodeauthFullOne => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
+        Config::KcmDefault
+        | Config::KcmTuned
+        | Config::KcmTunedAttested
+        | Config::KcmTunedKubeadm
+        | Config::KcmTunedKubeadmAttested => ("AutoApproved", None),
         Config::Floor => ("Floor", None),
-        _ => ("AutoApproved", None),
     };
     let list = csrs
         .list(&ListParams::default())
