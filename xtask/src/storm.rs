@@ -178,9 +178,49 @@ pub(crate) struct Outcome {
     pub(crate) issued: usize,
     pub(crate) total_s: f64,
     pub(crate) latencies_s: Vec<f64>,
+    /// Per node, in the order the nodes started.
+    #[serde(default)]
+    pub(crate) latencies_by_start_s: Vec<f64>,
     /// The first few failures, verbatim.
     #[serde(default)]
     pub(crate) errors: Vec<String>,
+}
+
+/// Where the slowest nodes of a run started: the first wave (the first `concurrency` nodes,
+/// which meet cold connections and caches) or later.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Tail {
+    /// How many nodes the first wave had.
+    first_wave: usize,
+    /// The slowest 1 % (at least one node).
+    slowest: usize,
+    /// Of those, how many started in the first wave.
+    slowest_in_first_wave: usize,
+    /// p99 over the nodes that started after the first wave.
+    p99_after_first_wave_s: f64,
+}
+
+/// `by_start`: each node's latency in the order the nodes started. None when there is no
+/// node after the first wave.
+fn tail(by_start: &[f64], concurrency: usize) -> Option<Tail> {
+    let first_wave = concurrency.min(by_start.len());
+    let later = by_start.get(first_wave..).filter(|l| !l.is_empty())?;
+    let slowest = by_start.len().div_ceil(100).max(1);
+    let mut ranked: Vec<(usize, f64)> = by_start.iter().copied().enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let slowest_in_first_wave = ranked
+        .iter()
+        .take(slowest)
+        .filter(|(i, _)| *i < first_wave)
+        .count();
+    let mut later = later.to_vec();
+    later.sort_by(f64::total_cmp);
+    Some(Tail {
+        first_wave,
+        slowest,
+        slowest_in_first_wave,
+        p99_after_first_wave_s: nodeauth_testenv::fleet::quantile_f64(&later, 0.99),
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -200,6 +240,8 @@ struct Measured {
     requests: std::collections::BTreeMap<String, f64>,
     /// nodeauth: reconciles that failed and were retried ("will retry" in the logs).
     retries: Option<usize>,
+    /// Where the slowest nodes started (None from a driver that did not say).
+    tail: Option<Tail>,
 }
 
 impl Measured {
@@ -281,7 +323,7 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
                 let mut m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
                 m.round = round;
                 println!(
-                    "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}",
+                    "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}{}",
                     config.label(),
                     m.total_s,
                     m.p50_s,
@@ -290,6 +332,15 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
                         .map(|c| format!(
                             ", controllers {c:.2} CPU-s, {:.0} MiB",
                             m.rss().unwrap_or(0.0)
+                        ))
+                        .unwrap_or_default(),
+                    m.tail
+                        .map(|t| format!(
+                            "; slowest {}: {} in the first {} started, p99 after them {:.2} s",
+                            t.slowest,
+                            t.slowest_in_first_wave,
+                            t.first_wave,
+                            t.p99_after_first_wave_s
                         ))
                         .unwrap_or_default()
                 );
@@ -608,6 +659,7 @@ async fn one(
         apiserver_cpu_s,
         requests,
         retries,
+        tail: tail(&outcome.latencies_by_start_s, args.concurrency),
     })
 }
 
@@ -1295,7 +1347,26 @@ mod tests {
             apiserver_cpu_s: 1.0,
             requests: std::collections::BTreeMap::new(),
             retries: Some(round),
+            tail: None,
         }
+    }
+
+    #[test]
+    fn the_tail_names_where_the_slowest_nodes_started() {
+        // 200 nodes, 10 in the first wave: the two slowest are node 3 (first wave) and 150.
+        let mut by_start = vec![0.1; 200];
+        by_start[3] = 5.0;
+        by_start[150] = 4.0;
+        by_start[160] = 0.5;
+        let t = super::tail(&by_start, 10).unwrap();
+        assert_eq!(t.first_wave, 10);
+        assert_eq!(t.slowest, 2);
+        assert_eq!(t.slowest_in_first_wave, 1);
+        // 190 later nodes: the 99th percentile is the 189th of them sorted, i.e. the 0.5.
+        assert!((t.p99_after_first_wave_s - 0.5).abs() < 1e-9, "{t:?}");
+        // Nobody after the first wave: nothing to say.
+        assert_eq!(super::tail(&by_start[..10], 10), None);
+        assert_eq!(super::tail(&[], 10), None);
     }
 
     #[test]

@@ -78,6 +78,9 @@ struct Outcome {
     total_s: f64,
     /// Per node, sorted.
     latencies_s: Vec<f64>,
+    /// Per node, in the order the nodes started (took a place among `--concurrency`): where in
+    /// the storm the slow ones were.
+    latencies_by_start_s: Vec<f64>,
 }
 
 fn client(server: &str, ca_pem: &str, user: &str, auth: &str) -> Result<kube::Client> {
@@ -308,13 +311,15 @@ async fn main() -> Result<()> {
     };
 
     let limit = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));
+    let next_start = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let timeout = Duration::from_secs(args.timeout);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (node, req) in requests {
-        let (client, limit) = (client.clone(), limit.clone());
+        let (client, limit, next_start) = (client.clone(), limit.clone(), next_start.clone());
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
+            let rank = next_start.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let t0 = Instant::now();
             let result = request_certificate(&client, &req, timeout).await;
             let took = t0.elapsed();
@@ -326,18 +331,22 @@ async fn main() -> Result<()> {
                 },
                 Err(e) => Err(format!("{node}: {e}")),
             };
-            (checked, took, Instant::now())
+            (checked, took, Instant::now(), rank)
         });
     }
     let mut latencies = vec![];
+    let mut by_start = vec![None; args.nodes];
     let mut errors = vec![];
     let mut failed = 0;
     let mut last = started;
     while let Some(joined) = tasks.join_next().await {
-        let (checked, took, at) = joined?;
+        let (checked, took, at, rank) = joined?;
         match checked {
             Ok(()) => {
                 latencies.push(took.as_secs_f64());
+                if let Some(slot) = by_start.get_mut(rank) {
+                    *slot = Some(took.as_secs_f64());
+                }
                 last = last.max(at);
             }
             Err(e) => {
@@ -361,6 +370,8 @@ async fn main() -> Result<()> {
         failed,
         total_s: last.duration_since(started).as_secs_f64(),
         latencies_s: latencies,
+        // Failed nodes have no latency; the report needs every node issued anyway.
+        latencies_by_start_s: by_start.into_iter().flatten().collect(),
     };
     println!("{}", serde_json::to_string(&outcome)?);
     if outcome.failed > 0 {
