@@ -23,6 +23,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use tokio::sync::watch;
 
 /// Who is asking: a user as the API server authenticated them (a CSR's `spec.username`,
 /// `uid`, `groups` and `extra` are exactly this).
@@ -108,6 +109,33 @@ async fn ask(client: &kube::Client, review: &SubjectAccessReview) -> Result<bool
 pub struct AllowedCache {
     ttl: Duration,
     allowed: Mutex<HashMap<String, Instant>>,
+    /// Questions in flight now; the same question asked meanwhile waits for this answer
+    /// (`None` until it comes, `Some(None)` when asking failed).
+    asking: Mutex<HashMap<String, watch::Receiver<Option<Option<bool>>>>>,
+}
+
+/// The one call asking a question others may be waiting on: whatever happens to that call
+/// (answered, failed, cancelled), the question leaves the in-flight map and the waiters are
+/// told (or see the channel closed, and ask for themselves).
+struct InFlight<'a> {
+    asking: &'a Mutex<HashMap<String, watch::Receiver<Option<Option<bool>>>>>,
+    key: &'a str,
+    answer: watch::Sender<Option<Option<bool>>>,
+}
+
+impl InFlight<'_> {
+    fn finish(self, answer: Option<bool>) {
+        // The waiters hold receivers already: telling them after leaving the map is enough.
+        self.answer.send_replace(Some(answer));
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut asking) = self.asking.lock() {
+            asking.remove(self.key);
+        }
+    }
 }
 
 /// Answers remembered before the oldest are dropped (distinct requester and resource pairs).
@@ -120,6 +148,7 @@ impl AllowedCache {
         Self {
             ttl,
             allowed: Mutex::new(HashMap::new()),
+            asking: Mutex::new(HashMap::new()),
         }
     }
 
@@ -142,10 +171,16 @@ impl AllowedCache {
     }
 
     /// [`may`], answered from memory when the same question was allowed less than `ttl` ago.
-    /// The second value is true when the answer came from memory.
+    /// A question asked while the same one is in flight (a burst of CSRs from one requester
+    /// meeting an empty cache) waits for that answer instead of asking again: that answer is
+    /// at most one round trip older than its own would be. If the call in flight fails or is
+    /// dropped, each waiter asks for itself.
+    ///
+    /// The second value is true when this call sent no review (the answer was remembered, or
+    /// shared with the same question in flight).
     ///
     /// # Errors
-    /// As [`may`] (never remembered).
+    /// As [`may`] (never remembered, never shared).
     pub async fn may(
         &self,
         client: &kube::Client,
@@ -172,19 +207,66 @@ impl AllowedCache {
                 None => {}
             }
         }
-        let allowed = ask(client, &review).await?;
+        let in_flight = match self.asking.lock() {
+            Ok(mut asking) => match asking.get(&key) {
+                Some(answer) => Err(answer.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    asking.insert(key.clone(), rx);
+                    Ok(Some(tx))
+                }
+            },
+            Err(_) => Ok(None),
+        };
+        let answer = match in_flight {
+            Err(mut answer) => {
+                if let Ok(shared) = answer.wait_for(Option::is_some).await
+                    && let Some(Some(allowed)) = *shared
+                {
+                    return Ok((allowed, true));
+                }
+                // The call in flight failed or was dropped.
+                return self
+                    .ask_and_remember(client, &review, key, Instant::now())
+                    .await
+                    .map(|a| (a, false));
+            }
+            Ok(tx) => tx.map(|answer| InFlight {
+                asking: &self.asking,
+                key: &key,
+                answer,
+            }),
+        };
+        let result = self
+            .ask_and_remember(client, &review, key.clone(), now)
+            .await;
+        if let Some(answer) = answer {
+            answer.finish(result.as_ref().ok().copied());
+        }
+        result.map(|allowed| (allowed, false))
+    }
+
+    /// Asks, and remembers an allowed answer as of `asked` (when it was asked, not answered:
+    /// never longer than ttl).
+    async fn ask_and_remember(
+        &self,
+        client: &kube::Client,
+        review: &SubjectAccessReview,
+        key: String,
+        asked: Instant,
+    ) -> Result<bool, kube::Error> {
+        let allowed = ask(client, review).await?;
         if allowed && let Ok(mut map) = self.allowed.lock() {
             if map.len() >= MAX_ALLOWED {
                 let ttl = self.ttl;
-                map.retain(|_, at| now.saturating_duration_since(*at) < ttl);
+                map.retain(|_, at| asked.saturating_duration_since(*at) < ttl);
                 if map.len() >= MAX_ALLOWED {
                     map.clear();
                 }
             }
-            // Remembered from when it was asked, not answered: never longer than ttl.
-            map.insert(key, now);
+            map.insert(key, asked);
         }
-        Ok((allowed, false))
+        Ok(allowed)
     }
 }
 
