@@ -61,7 +61,8 @@ pub struct Cli {
     /// reused for the same requester and question: a fleet joining with one bootstrap token
     /// then costs one review per period, not one per node. Only "allowed" is remembered, so a
     /// permission taken away is honoured at most this late and a new one at once; `0s`
-    /// asks every time. (kube-apiserver's webhook authorizer keeps allowed answers 5 minutes.)
+    /// asks every time. A question asked while the same one is in flight waits for that
+    /// answer. (kube-apiserver's webhook authorizer keeps allowed answers 5 minutes.)
     #[arg(long, env = "NODEAUTH_SAR_CACHE_TTL", default_value = "5s", value_parser = nodeauth_runtime::parse_duration)]
     pub sar_cache_ttl: Duration,
 

@@ -312,11 +312,18 @@ async fn lookup(
     ctx: &Ctx,
 ) -> Result<Context, LookupError> {
     let mut context = Context::empty(now);
-    if let Some(node) = facts.node_name() {
+    let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
+    // The reads that may go to the API server (the live Node, a SubjectAccessReview, the
+    // attestation store) depend on nothing but the CSR, so they are sent together: one round
+    // trip instead of up to three. Each is made whatever the others find, as before.
+    let node = async {
+        let Some(node) = facts.node_name() else {
+            return Ok(None);
+        };
         // Whether a new node may claim the name hinges on the Node existing right now: a cache
         // can be a moment behind either way (just registered, just deleted), so ask the API
         // server itself. Other rules read the cache.
-        context.node = if policy.rules.contains(&Rule::NodeMustNotExist) {
+        Ok(if policy.rules.contains(&Rule::NodeMustNotExist) {
             let nodes: Api<Node> = Api::all(ctx.client.clone());
             nodes
                 .get_opt(node)
@@ -325,7 +332,34 @@ async fn lookup(
                 .map(|n| node_facts(&n))
         } else {
             ctx.nodes.get(&ObjectRef::new(node)).map(|n| node_facts(&n))
-        };
+        })
+    };
+    let sar = async {
+        if !reads(|r| matches!(r, Rule::SubjectAccessReview { .. })) {
+            return Ok(None);
+        }
+        let is_self = facts.common_name() == Some(facts.username.as_str());
+        let needs = lookups::SarNeeds::of(&policy.rules, is_self);
+        lookups::subject_access_reviews(&ctx.client, &ctx.sar_cache, facts, needs, |hit| {
+            ctx.metrics.sar_asked(hit);
+        })
+        .await
+        .map(Some)
+    };
+    let attestation = async {
+        if !reads(|r| matches!(r, Rule::Attestation { .. })) {
+            return Ok(None);
+        }
+        let uid = csr.metadata.uid.as_deref().unwrap_or("");
+        ctx.attestation.check(uid, facts).await.map(Some)
+    };
+    let (node, sar, attestation) = futures::try_join!(node, sar, attestation)?;
+    context.node = node;
+    if let Some(sar) = sar {
+        context.sar = sar;
+    }
+    if let Some(attestation) = attestation {
+        context.attestation = attestation;
     }
     // What `sans.never_issued` reads, only for a request it applies to.
     let sans = &facts.request.extensions().subject_alt_names;
@@ -338,20 +372,6 @@ async fn lookup(
         && let Some(holder) = ctx.reservations.held_by_other(node, &csr.name_any())
     {
         context.name_reservation = Some(held_by(holder, facts, ctx).await);
-    }
-    let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
-    if reads(|r| matches!(r, Rule::SubjectAccessReview { .. })) {
-        let is_self = facts.common_name() == Some(facts.username.as_str());
-        let needs = lookups::SarNeeds::of(&policy.rules, is_self);
-        context.sar =
-            lookups::subject_access_reviews(&ctx.client, &ctx.sar_cache, facts, needs, |hit| {
-                ctx.metrics.sar_asked(hit);
-            })
-            .await?;
-    }
-    if reads(|r| matches!(r, Rule::Attestation { .. })) {
-        let uid = csr.metadata.uid.as_deref().unwrap_or("");
-        context.attestation = ctx.attestation.check(uid, facts).await?;
     }
     if reads(|r| matches!(r, Rule::SupersededByNewer)) {
         if facts.common_name() == Some(facts.username.as_str()) {
