@@ -8,18 +8,13 @@
     clippy::panic,
     clippy::indexing_slicing
 )] // test code: a broken expectation should stop loudly
+mod common;
+
 use std::time::Duration;
 
+use common::admin;
 use nodeauth_k8s::access::{AllowedCache, Requester, csr_resource};
-use nodeauth_testenv::{ControlPlane, unique_name};
-
-async fn admin() -> kube::Client {
-    ControlPlane::shared()
-        .unwrap()
-        .admin_client()
-        .await
-        .unwrap()
-}
+use nodeauth_testenv::unique_name;
 
 /// A user kube-apiserver allows everything (`system:masters`), named for this test alone.
 fn master() -> Requester {

@@ -7,21 +7,16 @@
     clippy::panic,
     clippy::indexing_slicing
 )] // test code: a broken expectation should stop loudly
+mod common;
+
 use std::time::{Duration, SystemTime};
 
+use common::admin;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use nodeauth_attest::{AttestationStore, Counter, TofuBinding, TofuError, TofuOutcome, contract};
 use nodeauth_k8s::KubeAttestationStore;
-use nodeauth_testenv::{ControlPlane, unique_name};
-
-async fn admin() -> kube::Client {
-    ControlPlane::shared()
-        .unwrap()
-        .admin_client()
-        .await
-        .unwrap()
-}
+use nodeauth_testenv::unique_name;
 
 async fn namespace(client: &kube::Client) -> String {
     let name = unique_name("attest");
