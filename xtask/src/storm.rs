@@ -82,7 +82,15 @@ pub struct StormArgs {
     /// machine whose speed drifts between runs, one round decides little.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
     rounds: u16,
+    /// The full policy's file, relative to the workspace. The other one in `benches/`,
+    /// `storm-policy-without-node-check.yaml`, is the full policy less `nodeMustNotExist`: it
+    /// measures what that rule costs, and must never be deployed.
+    #[arg(long, value_name = "FILE", default_value = FULL_POLICY)]
+    full_policy: PathBuf,
 }
+
+/// The full policy's default file, relative to the workspace.
+const FULL_POLICY: &str = "benches/storm-policy.yaml";
 
 impl StormArgs {
     /// `--quick`, writing to `out`.
@@ -103,6 +111,7 @@ impl StormArgs {
             bin_dir: None,
             warmup: 1000,
             rounds: 1,
+            full_policy: PathBuf::from(FULL_POLICY),
             configs: vec![
                 Config::NodeauthKcm,
                 Config::NodeauthFull,
@@ -445,7 +454,13 @@ async fn one(
     // Start what decides and signs; remember its processes.
     let mut nodeauth = None;
     let mut kcm = None;
-    let policy = workspace_root().join("benches/storm-policy.yaml");
+    let policy = workspace_root().join(&args.full_policy);
+    // The name the full policy's approvals carry (checked by verify_decisions).
+    let full_policy_name = policy_name(
+        &std::fs::read_to_string(&policy)
+            .with_context(|| format!("reading {}", policy.display()))?,
+    )
+    .with_context(|| format!("{}: no top-level `name:` line", policy.display()))?;
     match config {
         Config::NodeauthKcm
         | Config::NodeauthFull
@@ -644,7 +659,7 @@ async fn one(
             })
             .sum()
     });
-    verify_decisions(&csrs, config, n).await?;
+    verify_decisions(&csrs, config, n, &full_policy_name).await?;
     drop(nodeauth);
     drop(kcm);
     let q = |p: f64| nodeauth_testenv::fleet::quantile_f64(&outcome.latencies_s, p);
@@ -716,6 +731,14 @@ fn parse_request_totals(text: &str) -> std::collections::BTreeMap<String, f64> {
     out
 }
 
+/// The top-level `name:` of a policy file (the storm's own files: one policy each).
+fn policy_name(yaml: &str) -> Option<String> {
+    yaml.lines()
+        .find_map(|l| l.strip_prefix("name:"))
+        .map(|n| n.trim().trim_matches(['"', '\'']).to_owned())
+        .filter(|n| !n.is_empty())
+}
+
 /// Every CSR of the run (the previous runs' were deleted) approved by the controller under test —
 /// KCM's `AutoApproved`, nodeauth's `NodeauthPolicyApproved` naming the expected policy, the
 /// floor's own — with a certificate, and none denied or failed: a run that timed well because
@@ -724,6 +747,7 @@ async fn verify_decisions(
     csrs: &Api<CertificateSigningRequest>,
     config: Config,
     n: usize,
+    full_policy: &str,
 ) -> Result<()> {
     let (reason, policy) = match config {
         Config::NodeauthKcm | Config::NodeauthKcmHttp2 | Config::NodeauthKcmOne => {
@@ -732,7 +756,7 @@ async fn verify_decisions(
         Config::NodeauthFull
         | Config::NodeauthFullWarnings
         | Config::NodeauthFullHttp2
-        | Config::NodeauthFullOne => ("NodeauthPolicyApproved", Some("storm-bootstrap")),
+        | Config::NodeauthFullOne => ("NodeauthPolicyApproved", Some(full_policy)),
         Config::KcmDefault
         | Config::KcmTuned
         | Config::KcmTunedAttested
@@ -797,6 +821,11 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
         r,
         "# Join storm: nodeauth vs kube-controller-manager vs the floor"
     );
+    let policy_flag = if args.full_policy == std::path::Path::new(FULL_POLICY) {
+        String::new()
+    } else {
+        format!(" --full-policy {}", args.full_policy.display())
+    };
     let _ = writeln!(r);
     let _ = writeln!(
         r,
@@ -811,10 +840,10 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
             "--release"
         },
         if args.quick {
-            " --quick".to_owned()
+            format!(" --quick{policy_flag}")
         } else {
             format!(
-                " --nodes {} --concurrency {}{}",
+                " --nodes {} --concurrency {}{}{policy_flag}",
                 counts
                     .iter()
                     .map(ToString::to_string)
@@ -825,7 +854,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
                     format!(" --rounds {}", args.rounds)
                 } else {
                     String::new()
-                }
+                },
             )
         }
     );
@@ -843,7 +872,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
          `--events=summary` (a Warning Event per refusal, routine decisions counted in one \
          Event series per reason) and verifies each CSR's signature in both the approver and \
          the signer. Full \
-         policy: benches/storm-policy.yaml (the approver's Node inventory, a \
+         policy: {} (by default the approver's Node inventory, a \
          SubjectAccessReview per CSR, key algorithm, SAN count, dedup, `insecure` attestation). \
          KCM tuned: `--kube-api-qps={} --kube-api-burst={}` (kube-rs has no client-side rate \
          limit). KCM runs without leader election, as `system:masters` (authorization skipped) \
@@ -851,6 +880,7 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
          `system:kube-controller-manager` with `--use-service-account-credentials`, every request \
          authorized by RBAC. The apiserver, etcd, the controllers and the driver share the machine's cores.{}",
         args.concurrency,
+        args.full_policy.display(),
         args.kcm_qps,
         args.kcm_qps * 2,
         if !args.quick && args.warmup > 0 {
@@ -1349,6 +1379,26 @@ mod tests {
             retries: Some(round),
             tail: None,
         }
+    }
+
+    #[test]
+    fn the_storm_policies_name_themselves() {
+        let root = crate::workspace_root().join("benches");
+        for (file, name) in [
+            ("storm-policy.yaml", "storm-bootstrap"),
+            (
+                "storm-policy-without-node-check.yaml",
+                "storm-bootstrap-without-node-check",
+            ),
+        ] {
+            let yaml = std::fs::read_to_string(root.join(file)).unwrap();
+            assert_eq!(super::policy_name(&yaml).as_deref(), Some(name), "{file}");
+        }
+        assert_eq!(super::policy_name("rules: []\n  name: x\n"), None);
+        assert_eq!(
+            super::policy_name("name: \"quoted\"\n").as_deref(),
+            Some("quoted")
+        );
     }
 
     #[test]
