@@ -315,7 +315,9 @@ async fn lookup(
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
     // The reads that may go to the API server (the live Node, a SubjectAccessReview, the
     // attestation store) depend on nothing but the CSR, so they are sent together: one round
-    // trip instead of up to three. Each is made whatever the others find, as before.
+    // trip instead of up to three. Each runs to its end even when another fails (the
+    // attestation check may write to its store; it is never cut off half-way), and the first
+    // error in this order is returned.
     let node = async {
         let Some(node) = facts.node_name() else {
             return Ok(None);
@@ -353,7 +355,8 @@ async fn lookup(
         let uid = csr.metadata.uid.as_deref().unwrap_or("");
         ctx.attestation.check(uid, facts).await.map(Some)
     };
-    let (node, sar, attestation) = futures::try_join!(node, sar, attestation)?;
+    let (node, sar, attestation) = futures::join!(node, sar, attestation);
+    let (node, sar, attestation) = (node?, sar?, attestation?);
     context.node = node;
     if let Some(sar) = sar {
         context.sar = sar;
