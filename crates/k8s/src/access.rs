@@ -109,18 +109,28 @@ async fn ask(client: &kube::Client, review: &SubjectAccessReview) -> Result<bool
 pub struct AllowedCache {
     ttl: Duration,
     allowed: Mutex<HashMap<String, Instant>>,
-    /// Questions in flight now; the same question asked meanwhile waits for this answer
-    /// (`None` until it comes, `Some(None)` when asking failed).
-    asking: Mutex<HashMap<String, watch::Receiver<Option<Option<bool>>>>>,
+    /// Questions in flight now; the same question asked meanwhile waits for this answer.
+    asking: Mutex<HashMap<String, watch::Receiver<Shared>>>,
+}
+
+/// An answer in flight: `None` until it comes, `Some(None)` when asking failed.
+type Shared = Option<Option<bool>>;
+
+/// What a call does about a question that missed the cache.
+enum Turn {
+    /// The same question is in flight: wait for its answer.
+    Wait(watch::Receiver<Shared>),
+    /// Ask it, telling the waiters through this (none when the in-flight map is unusable).
+    Ask(Option<watch::Sender<Shared>>),
 }
 
 /// The one call asking a question others may be waiting on: whatever happens to that call
 /// (answered, failed, cancelled), the question leaves the in-flight map and the waiters are
 /// told (or see the channel closed, and ask for themselves).
 struct InFlight<'a> {
-    asking: &'a Mutex<HashMap<String, watch::Receiver<Option<Option<bool>>>>>,
+    asking: &'a Mutex<HashMap<String, watch::Receiver<Shared>>>,
     key: &'a str,
-    answer: watch::Sender<Option<Option<bool>>>,
+    answer: watch::Sender<Shared>,
 }
 
 impl InFlight<'_> {
@@ -207,19 +217,20 @@ impl AllowedCache {
                 None => {}
             }
         }
-        let in_flight = match self.asking.lock() {
+        let turn = match self.asking.lock() {
             Ok(mut asking) => match asking.get(&key) {
-                Some(answer) => Err(answer.clone()),
+                Some(answer) => Turn::Wait(answer.clone()),
                 None => {
                     let (tx, rx) = watch::channel(None);
                     asking.insert(key.clone(), rx);
-                    Ok(Some(tx))
+                    Turn::Ask(Some(tx))
                 }
             },
-            Err(_) => Ok(None),
+            // A poisoned map: ask alone, as with no map.
+            Err(_) => Turn::Ask(None),
         };
-        let answer = match in_flight {
-            Err(mut answer) => {
+        let answer = match turn {
+            Turn::Wait(mut answer) => {
                 if let Ok(shared) = answer.wait_for(Option::is_some).await
                     && let Some(Some(allowed)) = *shared
                 {
@@ -227,19 +238,17 @@ impl AllowedCache {
                 }
                 // The call in flight failed or was dropped.
                 return self
-                    .ask_and_remember(client, &review, key, Instant::now())
+                    .ask_and_remember(client, &review, &key, Instant::now())
                     .await
                     .map(|a| (a, false));
             }
-            Ok(tx) => tx.map(|answer| InFlight {
+            Turn::Ask(tx) => tx.map(|answer| InFlight {
                 asking: &self.asking,
                 key: &key,
                 answer,
             }),
         };
-        let result = self
-            .ask_and_remember(client, &review, key.clone(), now)
-            .await;
+        let result = self.ask_and_remember(client, &review, &key, now).await;
         if let Some(answer) = answer {
             answer.finish(result.as_ref().ok().copied());
         }
@@ -252,7 +261,7 @@ impl AllowedCache {
         &self,
         client: &kube::Client,
         review: &SubjectAccessReview,
-        key: String,
+        key: &str,
         asked: Instant,
     ) -> Result<bool, kube::Error> {
         let allowed = ask(client, review).await?;
@@ -264,7 +273,7 @@ impl AllowedCache {
                     map.clear();
                 }
             }
-            map.insert(key, asked);
+            map.insert(key.to_owned(), asked);
         }
         Ok(allowed)
     }
