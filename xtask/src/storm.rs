@@ -92,6 +92,29 @@ pub struct StormArgs {
 /// The full policy's default file, relative to the workspace.
 const FULL_POLICY: &str = "benches/storm-policy.yaml";
 
+/// The full policy a run gives the approver: read once, before anything starts, so a wrong
+/// `--full-policy` fails at once rather than after the warm-up.
+struct FullPolicy {
+    path: PathBuf,
+    /// Its `name:`, which its approvals carry (checked by [`verify_decisions`]).
+    name: String,
+}
+
+impl FullPolicy {
+    fn read(args: &StormArgs) -> Result<Self> {
+        let path = workspace_root().join(&args.full_policy);
+        let yaml = std::fs::read_to_string(&path)
+            .with_context(|| format!("--full-policy: reading {}", path.display()))?;
+        let name = policy_name(&yaml).with_context(|| {
+            format!(
+                "--full-policy: {} has no top-level `name:` line",
+                path.display()
+            )
+        })?;
+        Ok(Self { path, name })
+    }
+}
+
 impl StormArgs {
     /// `--quick`, writing to `out`.
     pub fn quick(out: PathBuf) -> Self {
@@ -294,6 +317,7 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
     } else {
         args.nodes.clone()
     };
+    let full_policy = FullPolicy::read(args)?;
     let bin_dir = match &args.bin_dir {
         Some(dir) => dir.clone(),
         None => build_storm_binaries(args.quick)?,
@@ -311,7 +335,15 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
     // The first configuration of a run used to meet a cold kube-apiserver and etcd (its agents
     // retried creates that were turned away or timed out): warm them up off the record.
     if !args.quick && args.warmup > 0 {
-        let m = rt.block_on(one(&cp, Config::Floor, args.warmup, args, &bin_dir, &token))?;
+        let m = rt.block_on(one(
+            &cp,
+            Config::Floor,
+            args.warmup,
+            args,
+            &full_policy,
+            &bin_dir,
+            &token,
+        ))?;
         println!(
             "    warm-up (floor, not reported) N={}: all issued in {:.2} s",
             args.warmup, m.total_s
@@ -329,7 +361,8 @@ pub fn run(args: &StormArgs) -> Result<ExitCode> {
             let order = (0..args.configs.len())
                 .filter_map(|i| args.configs.get((i + round) % args.configs.len()).copied());
             for config in order {
-                let mut m = rt.block_on(one(&cp, config, n, args, &bin_dir, &token))?;
+                let mut m =
+                    rt.block_on(one(&cp, config, n, args, &full_policy, &bin_dir, &token))?;
                 m.round = round;
                 println!(
                     "    {:<24} N={n}: all issued in {:.2} s (p50 {:.2} s, p99 {:.2} s){}{}",
@@ -441,6 +474,7 @@ async fn one(
     config: Config,
     n: usize,
     args: &StormArgs,
+    full: &FullPolicy,
     bin_dir: &Path,
     token: &str,
 ) -> Result<Measured> {
@@ -454,13 +488,6 @@ async fn one(
     // Start what decides and signs; remember its processes.
     let mut nodeauth = None;
     let mut kcm = None;
-    let policy = workspace_root().join(&args.full_policy);
-    // The name the full policy's approvals carry (checked by verify_decisions).
-    let full_policy_name = policy_name(
-        &std::fs::read_to_string(&policy)
-            .with_context(|| format!("reading {}", policy.display()))?,
-    )
-    .with_context(|| format!("{}: no top-level `name:` line", policy.display()))?;
     match config {
         Config::NodeauthKcm
         | Config::NodeauthFull
@@ -485,7 +512,7 @@ async fn one(
                 (none, vec!["--preset=kcm".to_owned()])
             } else {
                 (
-                    policy.clone(),
+                    full.path.clone(),
                     vec!["--attestation-provider=insecure".to_owned()],
                 )
             };
@@ -659,7 +686,7 @@ async fn one(
             })
             .sum()
     });
-    verify_decisions(&csrs, config, n, &full_policy_name).await?;
+    verify_decisions(&csrs, config, n, &full.name).await?;
     drop(nodeauth);
     drop(kcm);
     let q = |p: f64| nodeauth_testenv::fleet::quantile_f64(&outcome.latencies_s, p);
