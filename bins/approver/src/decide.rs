@@ -21,6 +21,7 @@ use nodeauth_runtime::{Action, EventPublisher, ReconcileMetrics};
 
 use crate::lookups::{self, Attestation, LookupError};
 use crate::metrics::{DecisionLabels, Metrics, RuleLabels};
+use crate::reservations::Reserve;
 
 pub(crate) const CONTROLLER: &str = "approver";
 /// The annotation `--dry-run` records decisions in.
@@ -193,9 +194,16 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             .reserve(node, name, uid, facts.expiration_seconds)
             .await
             .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
-        if let crate::reservations::Reserve::HeldBy(holder) = reserved {
-            context.name_reservation = Some(held_by(holder, &facts, ctx).await);
-            decision = policy.evaluate_with(&ctx.registry, &facts, &context);
+        match reserved {
+            Reserve::Held => {}
+            Reserve::HeldBy(holder) => {
+                context.name_reservation = Some(held_by(holder, &facts, ctx).await);
+                decision = policy.evaluate_with(&ctx.registry, &facts, &context);
+            }
+            Reserve::NodeExists(node) => {
+                context.node = Some(node_facts(&node));
+                decision = policy.evaluate_with(&ctx.registry, &facts, &context);
+            }
         }
     }
 

@@ -10,11 +10,18 @@
 //! when it runs out, annotation `nodeauth.io/node-name`, and `nodeauth.io/registered: "true"`
 //! once the Node has been seen (a reservation whose Node registered and is gone again is
 //! released, so a decommissioned node's name can be reused).
+//!
+//! A reservation that ran out or was released is taken over only when its Node is absent from
+//! a read made after the reservation was read (a quorum read): the `registered` mark is
+//! written after the Node was seen, so that read finds the Node unless it was deleted since.
+//! Without this check a request whose own Node read came a moment before the Node registered
+//! could take over the released reservation of a live node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -28,6 +35,7 @@ const REGISTERED_ANNOTATION: &str = "nodeauth.io/registered";
 
 pub struct Reservations {
     pub api: Api<Lease>,
+    nodes: Api<Node>,
     pub store: Store<Lease>,
     namespace: String,
     /// How long a reservation lasts when the CSR asks for no shorter certificate.
@@ -40,6 +48,8 @@ pub enum Reserve {
     Held,
     /// Another CSR holds it.
     HeldBy(String),
+    /// The reservation was released (or ran out), but its Node exists: the name is taken.
+    NodeExists(Box<Node>),
 }
 
 /// The Lease name for a node name: a hash, so any node name fits and Lease names say nothing.
@@ -80,6 +90,7 @@ impl Reservations {
     pub fn new(client: &kube::Client, namespace: &str, store: Store<Lease>, ttl: Duration) -> Self {
         Reservations {
             api: Api::namespaced(client.clone(), namespace),
+            nodes: Api::all(client.clone()),
             store,
             namespace: namespace.to_owned(),
             ttl,
@@ -138,7 +149,11 @@ impl Reservations {
             Some(h) if holds(&existing, now) => return Ok(Reserve::HeldBy(h.to_owned())),
             _ => {}
         }
-        // Run out or released: take it over, but only if nobody wrote it since we read it.
+        // Run out or released: take it over only if its Node is gone now (see the module docs),
+        // and nobody wrote the reservation since we read it.
+        if let Some(node) = self.nodes.get_opt(node).await? {
+            return Ok(Reserve::NodeExists(Box::new(node)));
+        }
         let mut takeover = lease;
         takeover.metadata.resource_version = existing.metadata.resource_version.clone();
         self.api
@@ -241,5 +256,73 @@ mod tests {
             );
         }
         assert_ne!(lease_name("a"), lease_name("b"));
+    }
+
+    /// The attack the takeover check stops, through the real API: a reservation released by
+    /// its Node's registration is not taken over while that Node exists, whatever the caller's
+    /// own read of the Node found; once the Node is deleted, the name can be reused.
+    #[tokio::test]
+    async fn a_released_reservation_is_not_taken_over_while_its_node_exists() {
+        use kube::api::DeleteParams;
+        use nodeauth_testenv::{ControlPlane, unique_name};
+
+        let cp = ControlPlane::shared().expect("control plane");
+        let client = cp.admin_client().await.unwrap();
+        let (reader, writer) = kube::runtime::reflector::store::<Lease>();
+        drop(writer);
+        let reservations = Reservations::new(&client, "default", reader, Duration::from_secs(3600));
+        let node = unique_name("reserved");
+        assert!(matches!(
+            reservations
+                .reserve(&node, "csr-legit", "uid-1", None)
+                .await
+                .unwrap(),
+            Reserve::Held
+        ));
+        // The Node registers, and the approver marks its reservation released.
+        let nodes: Api<Node> = Api::all(client.clone());
+        let object = Node {
+            metadata: ObjectMeta {
+                name: Some(node.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        nodes.create(&PostParams::default(), &object).await.unwrap();
+        let mark =
+            serde_json::json!({"metadata": {"annotations": {REGISTERED_ANNOTATION: "true"}}});
+        reservations
+            .api
+            .patch(
+                &lease_name(&node),
+                &PatchParams::default(),
+                &Patch::Merge(&mark),
+            )
+            .await
+            .unwrap();
+
+        // An impostor's CSR whose Node read came back empty reaches the reservation.
+        let taken = reservations
+            .reserve(&node, "csr-impostor", "uid-2", None)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&taken, Reserve::NodeExists(n) if n.metadata.name.as_deref() == Some(node.as_str())),
+            "a live node's released reservation was taken over"
+        );
+        let lease = reservations.api.get(&lease_name(&node)).await.unwrap();
+        assert_eq!(holder(&lease), Some("csr-legit"));
+
+        // Decommissioned: the name is free again.
+        nodes.delete(&node, &DeleteParams::default()).await.unwrap();
+        assert!(matches!(
+            reservations
+                .reserve(&node, "csr-next", "uid-3", None)
+                .await
+                .unwrap(),
+            Reserve::Held
+        ));
+        let lease = reservations.api.get(&lease_name(&node)).await.unwrap();
+        assert_eq!(holder(&lease), Some("csr-next"));
     }
 }
