@@ -11,17 +11,17 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use nodeauth_k8s::csr::{ConditionType, append_condition};
 use nodeauth_k8s::error::is_conflict;
-use nodeauth_k8s::{Written, csr_state};
+use nodeauth_k8s::{CsrState, Written, csr_state};
 use nodeauth_policy::k8s::{csr_facts, node_facts};
 use nodeauth_policy::{
-    CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation, Policy, Rule, RuleResult,
-    SanHolder, Verdict,
+    CODE_NODE_MUST_NOT_EXIST, CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation,
+    Policy, Rule, RuleResult, SanHolder, Verdict,
 };
 use nodeauth_runtime::{Action, EventPublisher, ReconcileMetrics};
 
 use crate::lookups::{self, Attestation, LookupError};
 use crate::metrics::{DecisionLabels, Metrics, RuleLabels};
-use crate::reservations::Reserve;
+use crate::reservations::{HeldBy, Holder, Reserve};
 
 pub(crate) const CONTROLLER: &str = "approver";
 /// The annotation `--dry-run` records decisions in.
@@ -148,16 +148,54 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                 }],
             };
             let signer = signer_label(policy, &spec.signer_name);
-            return record(csr, name, signer, username, None, decision, generation, ctx).await;
+            return record(
+                csr, name, signer, username, None, false, decision, generation, ctx,
+            )
+            .await;
         }
     };
     let lookup_error = |source| Error::Lookup {
         name: name.to_owned(),
         source,
     };
-    let mut context = lookup(csr, &facts, policy, now, ctx)
-        .await
-        .map_err(lookup_error)?;
+    // A new node's name is reserved together with its lookups (one round trip fewer than
+    // reserving after them) when nothing in the caches says this request must wait or lose.
+    // If it is then denied, the name is released once the denial is written.
+    let denied = |holder: Holder<'_>| holder_denied(holder, ctx);
+    let uid = csr.metadata.uid.as_deref().unwrap_or("");
+    let early = early_reservation(csr, &facts, policy, ctx);
+    let reserve_early = async {
+        match early {
+            Some(node) => Some(
+                ctx.reservations
+                    .reserve(node, name, uid, facts.expiration_seconds, &denied)
+                    .await,
+            ),
+            None => None,
+        }
+    };
+    let (context, reserved) = futures::join!(lookup(csr, &facts, policy, now, ctx), reserve_early);
+    let mut reserved = reserved
+        .transpose()
+        .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
+    if early.is_some() {
+        ctx.metrics.reservation("early");
+    }
+    let mut context = context.map_err(lookup_error)?;
+    // Who holds the name, if another request does: as the cache knows (unless reserving it
+    // just now found this one holding it, which is newer than the cache), then as reserving
+    // finds.
+    let mut name_holder = None;
+    if policy.rules.contains(&Rule::NodeMustNotExist)
+        && !matches!(reserved, Some(Reserve::Held))
+        && let Some(node) = facts.node_name()
+        && let Some(holder) = ctx
+            .reservations
+            .held_by_other(node, holder_of(csr), &denied)
+    {
+        context.name_reservation = Some(held_by(holder.csr.clone(), &facts, ctx).await);
+        name_holder = Some(holder);
+    }
     let started = Instant::now();
     let mut decision = policy.evaluate_with(&ctx.registry, &facts, &context);
     ctx.metrics
@@ -169,12 +207,19 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     if decision.verdict == Verdict::Deny
         && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
     {
-        tracing::debug!(
-            csr = name,
-            "an older pending CSR asks for the same name; holding"
-        );
-        ctx.metrics.left_alone("held_older_pending");
-        return Ok(Action::requeue(Duration::from_secs(2)));
+        if matches!(reserved, Some(Reserve::Held)) {
+            // It reserved the name before the older one reached the cache: the older one now
+            // waits for this one's decision, so this one must not wait for it.
+            context.older_pending_for_name = None;
+            decision = policy.evaluate_with(&ctx.registry, &facts, &context);
+        } else {
+            tracing::debug!(
+                csr = name,
+                "an older pending CSR asks for the same name; holding"
+            );
+            ctx.metrics.left_alone("held_older_pending");
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
     }
 
     // A new node's name is reserved before its approval is written; if another CSR got it
@@ -188,16 +233,21 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             ctx.metrics.left_alone("not_leading");
             return Ok(Action::await_change());
         }
-        let uid = csr.metadata.uid.as_deref().unwrap_or("");
-        let reserved = ctx
-            .reservations
-            .reserve(node, name, uid, facts.expiration_seconds)
-            .await
-            .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
-        match reserved {
-            Reserve::Held => {}
+        let outcome = match reserved.take() {
+            Some(outcome) => outcome,
+            None => {
+                ctx.metrics.reservation("after");
+                ctx.reservations
+                    .reserve(node, name, uid, facts.expiration_seconds, &denied)
+                    .await
+                    .map_err(|e| lookup_error(LookupError::Reservation(e)))?
+            }
+        };
+        match outcome {
+            Reserve::Held => reserved = Some(Reserve::Held),
             Reserve::HeldBy(holder) => {
-                context.name_reservation = Some(held_by(holder, &facts, ctx).await);
+                context.name_reservation = Some(held_by(holder.csr.clone(), &facts, ctx).await);
+                name_holder = Some(holder);
                 decision = policy.evaluate_with(&ctx.registry, &facts, &context);
             }
             Reserve::NodeExists(node) => {
@@ -205,6 +255,25 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
                 decision = policy.evaluate_with(&ctx.registry, &facts, &context);
             }
         }
+    }
+
+    // A name held by a request still undecided may yet be freed (requests reserve together
+    // with their lookups, so the holder may be denied): wait for its decision, not deny.
+    if decision.verdict == Verdict::Deny
+        && context.node.is_none()
+        && let Some(holder) = &name_holder
+        && decision
+            .failures()
+            .all(|r| r.code == CODE_NODE_MUST_NOT_EXIST)
+        && holder_may_free(holder, ctx).await
+    {
+        tracing::debug!(
+            csr = name,
+            holder = %holder.csr,
+            "the name is reserved by an undecided CSR; waiting for its decision"
+        );
+        ctx.metrics.left_alone("waiting_for_name_holder");
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
 
     // A kubelet may create its serving CSR a moment before our Node cache has its Node, or
@@ -224,17 +293,105 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         }
     }
     let node = facts.node_name().map(str::to_owned);
+    // Whether this CSR holds its name's reservation: released if it is denied.
+    let holds_name = matches!(reserved, Some(Reserve::Held))
+        || node
+            .as_deref()
+            .is_some_and(|n| ctx.reservations.cached_holder_is(n, holder_of(csr)));
     record(
         csr,
         name,
         signer_label(policy, &facts.signer_name),
         &facts.username,
         node.as_deref(),
+        holds_name,
         decision,
         generation,
         ctx,
     )
     .await
+}
+
+/// The node name to reserve together with the lookups: only for a request that may be
+/// approved under a `nodeMustNotExist` policy that denies what fails (a policy that abstains
+/// would leave the name reserved to a request nobody decides), while leading, and only when
+/// the caches know of no reservation of the name and of no older request for it waiting to
+/// be decided first.
+fn early_reservation<'f>(
+    csr: &CertificateSigningRequest,
+    facts: &'f CsrFacts,
+    policy: &Policy,
+    ctx: &Ctx,
+) -> Option<&'f str> {
+    if ctx.dry_run
+        || !matches!(policy.on_failure, nodeauth_policy::OnFailure::Deny)
+        || !policy.rules.contains(&Rule::NodeMustNotExist)
+        || !ctx.leader.is_leader()
+    {
+        return None;
+    }
+    let node = facts.node_name()?;
+    if ctx.reservations.cached(node).is_some() {
+        return None;
+    }
+    if policy.rules.contains(&Rule::SupersededByNewer)
+        && facts.common_name() != Some(facts.username.as_str())
+        && older_pending_for_name(csr, facts, policy, ctx).is_some()
+    {
+        return None;
+    }
+    Some(node)
+}
+
+/// Whether the cache shows `holder` denied, and as the very CSR that reserved (same UID): a
+/// denied CSR is never approved (kube-apiserver keeps Approved and Denied apart, and never
+/// lets a Denied condition be removed), so a name it reserved protects nothing.
+fn holder_denied(holder: Holder<'_>, ctx: &Ctx) -> bool {
+    holder.uid.is_some_and(|uid| {
+        ctx.csr_store
+            .get(&ObjectRef::new(holder.csr))
+            .is_some_and(|c| {
+                c.metadata.uid.as_deref() == Some(uid) && csr_state(&c) == CsrState::Denied
+            })
+    })
+}
+
+/// `csr` as a reservation names its holder.
+fn holder_of(csr: &CertificateSigningRequest) -> Holder<'_> {
+    Holder {
+        csr: csr.metadata.name.as_deref().unwrap_or(""),
+        uid: Some(csr.metadata.uid.as_deref().unwrap_or("")),
+    }
+}
+
+/// Whether `holder` (the very CSR that reserved: same UID) may yet free the name: it is
+/// undecided, or denied (denied since the reservation was read: the next look takes the name
+/// over), as the cache shows it or, when the cache does not have it yet (another replica
+/// reserved as soon as it saw it), as kube-apiserver does. A holder that is gone, or was
+/// approved, keeps the name.
+async fn holder_may_free(holder: &HeldBy, ctx: &Ctx) -> bool {
+    let same = |c: &CertificateSigningRequest| {
+        holder
+            .uid
+            .as_deref()
+            .is_none_or(|uid| c.metadata.uid.as_deref() == Some(uid))
+    };
+    let may_free = |c: &CertificateSigningRequest| {
+        matches!(csr_state(c), CsrState::Pending | CsrState::Denied)
+    };
+    if let Some(cached) = ctx.csr_store.get(&ObjectRef::new(&holder.csr))
+        && same(&cached)
+    {
+        return may_free(&cached);
+    }
+    match ctx.csrs.get_opt(&holder.csr).await {
+        Ok(Some(live)) => same(&live) && may_free(&live),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::debug!(holder = %holder.csr, error = %e, "reading a name's holder");
+            false
+        }
+    }
 }
 
 /// The `signer` label of this CSR's metrics: the entry of its covering policy's `signers` that
@@ -378,12 +535,6 @@ async fn lookup(
         context.cluster = ctx.cluster.facts();
         context.san_holders = san_holders(facts, facts.node_name(), ctx);
     }
-    if policy.rules.contains(&Rule::NodeMustNotExist)
-        && let Some(node) = facts.node_name()
-        && let Some(holder) = ctx.reservations.held_by_other(node, &csr.name_any())
-    {
-        context.name_reservation = Some(held_by(holder, facts, ctx).await);
-    }
     if reads(|r| matches!(r, Rule::SupersededByNewer)) {
         if facts.common_name() == Some(facts.username.as_str()) {
             context.newer_pending_from_same_node = newer_pending(csr, facts, ctx);
@@ -460,7 +611,8 @@ fn same_name_pending(cn: &str, ctx: &Ctx) -> Vec<Arc<CertificateSigningRequest>>
         .collect()
 }
 
-/// `signer`: the metric label ([`signer_label`]), not the CSR's signer name; `generation`: the
+/// `signer`: the metric label ([`signer_label`]), not the CSR's signer name; `holds_name`:
+/// this CSR holds `node`'s reservation (released once a denial is written); `generation`: the
 /// policy set's that made the decision. Nothing is written if that set is no longer in force:
 /// the CSR is decided again with the new one.
 #[allow(clippy::too_many_arguments)]
@@ -470,6 +622,7 @@ async fn record(
     signer: &str,
     requester: &str,
     node: Option<&str>,
+    holds_name: bool,
     decision: Decision,
     generation: u64,
     ctx: &Ctx,
@@ -509,7 +662,7 @@ async fn record(
         annotate(csr, name, &decision, ctx).await?;
         drop(in_force);
     } else if decision.verdict != Verdict::Abstain {
-        let written = write_decision(csr, name, &decision, &message, ctx).await?;
+        let written = write_decision(csr, name, node, holds_name, &decision, &message, ctx).await?;
         // The gate is held only while the decision is written, not for its Event.
         drop(in_force);
         if written {
@@ -560,6 +713,8 @@ async fn record(
 async fn write_decision(
     csr: &CertificateSigningRequest,
     name: &str,
+    node: Option<&str>,
+    holds_name: bool,
     decision: &Decision,
     message: &str,
     ctx: &Ctx,
@@ -576,8 +731,16 @@ async fn write_decision(
             verdict: decision.verdict,
             source,
         })?;
+    let release = |verdict_releases: bool| async move {
+        if verdict_releases && let Some(node) = node {
+            ctx.metrics.reservation("released");
+            ctx.reservations.release(node, holder_of(csr)).await;
+        }
+    };
     match written {
-        Written::Written => {}
+        // A denied CSR is never approved: a name it reserved is free once the denial is
+        // written (not before: another replica may be writing its approval).
+        Written::Written => release(decision.verdict == Verdict::Deny && holds_name).await,
         Written::Conflict => {
             return Err(Error::Conflict {
                 name: name.to_owned(),
@@ -585,13 +748,8 @@ async fn write_decision(
             });
         }
         Written::Gone => {
-            // Gone before its approval was written: free the name it may have reserved.
-            if decision.verdict == Verdict::Approve
-                && let Ok(facts) = csr_facts(csr, jiff::Timestamp::now())
-                && let Some(node) = facts.node_name()
-            {
-                ctx.reservations.release(node, name).await;
-            }
+            // Gone before its decision was written: free the name it may have reserved.
+            release(decision.verdict == Verdict::Approve || holds_name).await;
             return Ok(false);
         }
     }

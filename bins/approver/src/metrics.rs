@@ -47,6 +47,12 @@ pub struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReservationLabels {
+    pub cluster: String,
+    pub step: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SarLabels {
     pub cluster: String,
     pub answered: &'static str,
@@ -76,7 +82,8 @@ pub struct Metrics {
     /// abstained), `held_older_pending` (an older request for the same name goes first),
     /// `waiting_for_node` (its Node is not known yet), `policy_changed` (the policy set was
     /// replaced while deciding: decided again with the new one), `not_leading` (the lease ran
-    /// out while deciding: the replica that took over decides). The label is never the signer: anyone
+    /// out while deciding: the replica that took over decides), `waiting_for_name_holder` (the
+    /// name is reserved by a CSR not yet decided). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API
@@ -86,6 +93,10 @@ pub struct Metrics {
     /// the policy read, `answered="api"` (asked) or `"cache"` (an allowed answer younger than
     /// `--sar-cache-ttl`).
     pub sars: Family<SarLabels, Counter>,
+    /// `nodeauth_approver_name_reservations_total{step}`: node-name reservations asked for,
+    /// `step="early"` (together with the CSR's lookups) or `"after"` (after its decision), and
+    /// given up, `step="released"` (its CSR was denied, or vanished, first).
+    pub reservations: Family<ReservationLabels, Counter>,
     /// The `cluster` label of this view's samples: the workload cluster (`namespace/name`) in
     /// management-cluster mode, empty for the cluster the approver runs in.
     pub cluster: String,
@@ -110,6 +121,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one step of a node-name reservation (see [`Metrics::reservations`]).
+    pub fn reservation(&self, step: &'static str) {
+        self.reservations
+            .get_or_create(&ReservationLabels {
+                cluster: self.cluster.clone(),
+                step,
+            })
+            .inc();
+    }
+
     /// Counts one SubjectAccessReview answer the policy read (`from_cache`: remembered).
     pub fn sar_asked(&self, from_cache: bool) {
         self.sars
@@ -130,8 +151,14 @@ impl Metrics {
             left_alone: Family::default(),
             cached_machines: Family::default(),
             sars: Family::default(),
+            reservations: Family::default(),
             cluster: String::new(),
         };
+        registry.register(
+            "nodeauth_approver_name_reservations",
+            "Node-name reservations asked for (step early: with the CSR's lookups; after: after its decision) and released after a denial",
+            m.reservations.clone(),
+        );
         registry.register(
             "nodeauth_approver_subject_access_reviews",
             "SubjectAccessReview answers policies read, by where the answer came from (api, or cache: an allowed answer younger than --sar-cache-ttl)",
@@ -144,7 +171,7 @@ impl Metrics {
         );
         registry.register(
             "nodeauth_approver_left_alone",
-            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node)",
+            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node, waiting_for_name_holder, policy_changed, not_leading)",
             m.left_alone.clone(),
         );
         registry.register(

@@ -16,6 +16,11 @@
 //! written after the Node was seen, so that read finds the Node unless it was deleted since.
 //! Without this check a request whose own Node read came a moment before the Node registered
 //! could take over the released reservation of a live node.
+//!
+//! A reservation held by a CSR that was denied no longer holds either (the caller says which
+//! holders it knows denied, by name and by the UID the reservation recorded): a denied CSR can
+//! never be approved, so the name it reserved protects nothing. The approver releases such a
+//! reservation itself once the denial is written; this covers a release that was lost.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,6 +37,7 @@ use sha2::{Digest, Sha256};
 pub const LABEL: &str = "nodeauth.io/name-reservation";
 const NODE_ANNOTATION: &str = "nodeauth.io/node-name";
 const REGISTERED_ANNOTATION: &str = "nodeauth.io/registered";
+const UID_ANNOTATION: &str = "nodeauth.io/csr-uid";
 
 pub struct Reservations {
     pub api: Api<Lease>,
@@ -47,9 +53,46 @@ pub enum Reserve {
     /// This CSR holds the name (now, or already).
     Held,
     /// Another CSR holds it.
-    HeldBy(String),
+    HeldBy(HeldBy),
     /// The reservation was released (or ran out), but its Node exists: the name is taken.
     NodeExists(Box<Node>),
+}
+
+/// The CSR holding a reservation (an owned [`Holder`]).
+#[derive(Clone, Debug)]
+pub struct HeldBy {
+    pub csr: String,
+    pub uid: Option<String>,
+}
+
+impl From<Holder<'_>> for HeldBy {
+    fn from(h: Holder<'_>) -> Self {
+        HeldBy {
+            csr: h.csr.to_owned(),
+            uid: h.uid.map(str::to_owned),
+        }
+    }
+}
+
+/// A CSR as a reservation names it: its name, and the UID it had when it reserved (absent
+/// only from reservations written before the UID was recorded).
+#[derive(Clone, Copy, Debug)]
+pub struct Holder<'a> {
+    pub csr: &'a str,
+    pub uid: Option<&'a str>,
+}
+
+impl Holder<'_> {
+    /// Whether both name the same CSR object. A name alone is not enough: whoever creates a
+    /// CSR picks its name, and may pick the name of a holder that was deleted (kube-controller-
+    /// manager deletes approved CSRs after an hour) while its reservation still holds.
+    pub fn is(&self, other: Holder<'_>) -> bool {
+        self.csr == other.csr
+            && match (self.uid, other.uid) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
 }
 
 /// The Lease name for a node name: a hash, so any node name fits and Lease names say nothing.
@@ -82,8 +125,25 @@ fn holds(lease: &Lease, now: jiff::Timestamp) -> bool {
     !registered && until > now
 }
 
-fn holder(lease: &Lease) -> Option<&str> {
-    lease.spec.as_ref()?.holder_identity.as_deref()
+fn holder(lease: &Lease) -> Option<Holder<'_>> {
+    let csr = lease.spec.as_ref()?.holder_identity.as_deref()?;
+    let uid = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(UID_ANNOTATION))
+        .map(String::as_str);
+    Some(Holder { csr, uid })
+}
+
+/// Whether a reservation holds at `now` ([`holds`]) for a holder that `denied` does not know
+/// as denied.
+fn in_force(
+    lease: &Lease,
+    now: jiff::Timestamp,
+    denied: &(dyn Fn(Holder<'_>) -> bool + Sync),
+) -> bool {
+    holder(lease).is_some_and(|h| holds(lease, now) && !denied(h))
 }
 
 impl Reservations {
@@ -97,22 +157,40 @@ impl Reservations {
         }
     }
 
-    /// The CSR holding `node`'s name, if another than `csr_name` does (from the cache).
-    pub fn held_by_other(&self, node: &str, csr_name: &str) -> Option<String> {
-        let lease = self
-            .store
-            .get(&ObjectRef::new(&lease_name(node)).within(&self.namespace))?;
-        let holder = holder(&lease)?;
-        (holder != csr_name && holds(&lease, jiff::Timestamp::now())).then(|| holder.to_owned())
+    /// `node`'s reservation as the cache has it.
+    pub fn cached(&self, node: &str) -> Option<std::sync::Arc<Lease>> {
+        self.store
+            .get(&ObjectRef::new(&lease_name(node)).within(&self.namespace))
     }
 
-    /// Reserves `node`'s name for `csr_name` (atomically: see the module docs).
+    /// The CSR holding `node`'s name, if another than `csr` does (from the cache). `denied`:
+    /// the holders known to be denied (see the module docs).
+    pub fn held_by_other(
+        &self,
+        node: &str,
+        csr: Holder<'_>,
+        denied: &(dyn Fn(Holder<'_>) -> bool + Sync),
+    ) -> Option<HeldBy> {
+        let lease = self.cached(node)?;
+        let holder = holder(&lease)?;
+        (!holder.is(csr) && in_force(&lease, jiff::Timestamp::now(), denied)).then(|| holder.into())
+    }
+
+    /// Whether the cache shows `csr` holding `node`'s name (in force or not).
+    pub fn cached_holder_is(&self, node: &str, csr: Holder<'_>) -> bool {
+        self.cached(node)
+            .is_some_and(|lease| holder(&lease).is_some_and(|h| h.is(csr)))
+    }
+
+    /// Reserves `node`'s name for `csr_name` (atomically: see the module docs). `denied`: the
+    /// holders known to be denied, whose reservations are taken over like run-out ones.
     pub async fn reserve(
         &self,
         node: &str,
         csr_name: &str,
         csr_uid: &str,
         expiration_seconds: Option<u32>,
+        denied: &(dyn Fn(Holder<'_>) -> bool + Sync),
     ) -> Result<Reserve, kube::Error> {
         let seconds = expiration_seconds
             .map(u64::from)
@@ -126,7 +204,7 @@ impl Reservations {
                 labels: Some(BTreeMap::from([(LABEL.to_owned(), "true".to_owned())])),
                 annotations: Some(BTreeMap::from([
                     (NODE_ANNOTATION.to_owned(), node.to_owned()),
-                    ("nodeauth.io/csr-uid".to_owned(), csr_uid.to_owned()),
+                    (UID_ANNOTATION.to_owned(), csr_uid.to_owned()),
                 ])),
                 ..Default::default()
             },
@@ -144,13 +222,19 @@ impl Reservations {
             Err(_) => {}
         }
         let existing = self.api.get(&name).await?;
+        let this = Holder {
+            csr: csr_name,
+            uid: Some(csr_uid),
+        };
         match holder(&existing) {
-            Some(h) if h == csr_name => return Ok(Reserve::Held),
-            Some(h) if holds(&existing, now) => return Ok(Reserve::HeldBy(h.to_owned())),
+            Some(h) if h.is(this) => return Ok(Reserve::Held),
+            Some(h) if in_force(&existing, now, denied) => {
+                return Ok(Reserve::HeldBy(h.into()));
+            }
             _ => {}
         }
-        // Run out or released: take it over only if its Node is gone now (see the module docs),
-        // and nobody wrote the reservation since we read it.
+        // Run out, released, or held by a denied CSR: take it over only if its Node is gone now
+        // (see the module docs), and nobody wrote the reservation since we read it.
         if let Some(node) = self.nodes.get_opt(node).await? {
             return Ok(Reserve::NodeExists(Box::new(node)));
         }
@@ -162,11 +246,12 @@ impl Reservations {
             .map(|_| Reserve::Held)
     }
 
-    /// Gives up `csr_name`'s reservation of `node` (its CSR vanished before it was approved).
-    pub async fn release(&self, node: &str, csr_name: &str) {
+    /// Gives up `csr`'s reservation of `node` (the CSR vanished before it was approved, or was
+    /// denied).
+    pub async fn release(&self, node: &str, csr: Holder<'_>) {
         let name = lease_name(node);
         if let Ok(lease) = self.api.get(&name).await
-            && holder(&lease) == Some(csr_name)
+            && holder(&lease).is_some_and(|h| h.is(csr))
         {
             match delete_unchanged(&self.api, &lease).await {
                 Ok(Written::Written) => {}
@@ -245,6 +330,36 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_of_a_denied_holder_no_longer_holds() {
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let mut held = lease("2026-01-01T00:00:00Z", 7200, false);
+        held.metadata.annotations = Some(BTreeMap::from([(
+            UID_ANNOTATION.to_owned(),
+            "uid-a".to_owned(),
+        )]));
+        let denied_a = |h: Holder<'_>| h.csr == "csr-a" && h.uid == Some("uid-a");
+        assert!(!in_force(&held, now, &denied_a));
+        // Another CSR of that name (deleted and created again) is not the one that reserved.
+        let denied_other = |h: Holder<'_>| h.csr == "csr-a" && h.uid == Some("uid-b");
+        assert!(in_force(&held, now, &denied_other));
+        assert!(in_force(&held, now, &|_| false));
+    }
+
+    #[test]
+    fn a_holder_is_its_name_and_its_uid() {
+        let holder = |uid| Holder { csr: "csr-a", uid };
+        assert!(holder(Some("uid-1")).is(holder(Some("uid-1"))));
+        // A CSR created under a deleted holder's name is not that holder.
+        assert!(!holder(Some("uid-1")).is(holder(Some("uid-2"))));
+        assert!(!holder(Some("uid-1")).is(Holder {
+            csr: "csr-b",
+            uid: Some("uid-1")
+        }));
+        // A reservation written before UIDs were recorded names its holder by name.
+        assert!(holder(None).is(holder(Some("uid-2"))));
+    }
+
+    #[test]
     fn lease_names_are_valid_for_any_node_name() {
         let long = "a".repeat(253);
         for node in ["n", long.as_str(), "node.example.com"] {
@@ -274,7 +389,7 @@ mod tests {
         let node = unique_name("reserved");
         assert!(matches!(
             reservations
-                .reserve(&node, "csr-legit", "uid-1", None)
+                .reserve(&node, "csr-legit", "uid-1", None, &|_| false)
                 .await
                 .unwrap(),
             Reserve::Held
@@ -303,7 +418,7 @@ mod tests {
 
         // An impostor's CSR whose Node read came back empty reaches the reservation.
         let taken = reservations
-            .reserve(&node, "csr-impostor", "uid-2", None)
+            .reserve(&node, "csr-impostor", "uid-2", None, &|_| false)
             .await
             .unwrap();
         assert!(
@@ -311,18 +426,18 @@ mod tests {
             "a live node's released reservation was taken over"
         );
         let lease = reservations.api.get(&lease_name(&node)).await.unwrap();
-        assert_eq!(holder(&lease), Some("csr-legit"));
+        assert_eq!(holder(&lease).unwrap().csr, "csr-legit");
 
         // Decommissioned: the name is free again.
         nodes.delete(&node, &DeleteParams::default()).await.unwrap();
         assert!(matches!(
             reservations
-                .reserve(&node, "csr-next", "uid-3", None)
+                .reserve(&node, "csr-next", "uid-3", None, &|_| false)
                 .await
                 .unwrap(),
             Reserve::Held
         ));
         let lease = reservations.api.get(&lease_name(&node)).await.unwrap();
-        assert_eq!(holder(&lease), Some("csr-next"));
+        assert_eq!(holder(&lease).unwrap().csr, "csr-next");
     }
 }

@@ -12,6 +12,8 @@
 mod common;
 
 use common::*;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
@@ -344,4 +346,161 @@ async fn a_name_is_free_again_once_its_registered_node_is_gone() {
     let reused = client_csr(&bootstrap_client().await, &node).await;
     let d = decisions(&decided(&reused, 30).await);
     assert_eq!(d[0].0, "Approved", "{d:?}");
+}
+
+/// The approver's reservation Lease for `node`, found by its `nodeauth.io/node-name`
+/// annotation.
+async fn reservation_of(node: &str) -> Option<Lease> {
+    let admin = cp().admin_client().await.unwrap();
+    Api::<Lease>::namespaced(admin, "nodeauth-system")
+        .list(&kube::api::ListParams::default().labels("nodeauth.io/name-reservation=true"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|l| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("nodeauth.io/node-name"))
+                == Some(&node.to_owned())
+        })
+}
+
+/// Waits until `node` has no reservation Lease.
+async fn no_reservation_of(node: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while reservation_of(node).await.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{node} still reserved"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+fn reservation_holder(lease: &Lease) -> Option<&str> {
+    lease.spec.as_ref()?.holder_identity.as_deref()
+}
+
+/// A kubelet client request for `node` that no policy may approve: a client certificate
+/// names no DNS SAN (`csrProfile`).
+fn doomed_request(node: &str) -> String {
+    let key = CsrSigningKey::generate_p256().unwrap();
+    CsrBuilder::kubelet_client(node)
+        .dns_name(node)
+        .build(&key)
+        .unwrap()
+}
+
+/// Attack: a reservation outlives the CSR that holds it (kube-controller-manager deletes
+/// approved CSRs after an hour; a node may take longer to register). Whoever creates a CSR
+/// picks its name, so a token holder creates one under the deleted holder's name, for the
+/// same node. Before: approved, as the reservation's holder (reservations named their holder
+/// by name only). Now the holder is also its UID: denied, the name is reserved.
+#[tokio::test]
+async fn a_request_under_a_deleted_holders_name_does_not_inherit_its_reservation() {
+    let _ = approver().await;
+    let node = unique_name("outlived");
+    let holder = client_csr(&bootstrap_client().await, &node).await;
+    assert_eq!(decisions(&decided(&holder, 30).await)[0].0, "Approved");
+    let admin = cp().admin_client().await.unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin);
+    csrs.delete(&holder, &Default::default()).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while csrs.get_opt(&holder).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "{holder} not deleted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
+    nodeauth_testenv::create_csr_named(
+        &bootstrap_client().await,
+        &holder,
+        CLIENT_SIGNER,
+        CLIENT_USAGES,
+        pem,
+    )
+    .await
+    .unwrap();
+    let d = decisions(&decided(&holder, 30).await);
+    assert_eq!(
+        d[0].0, "Denied",
+        "a request took over a reservation by its name: {d:?}"
+    );
+    assert!(
+        d[0].2.contains(&format!("is reserved by CSR {holder}")),
+        "{}",
+        d[0].2
+    );
+}
+
+/// A reservation left behind by a denied request (as when the approver stops between writing
+/// the denial and releasing the name) does not cost the real node its name: a denied CSR is
+/// never approved, so its reservation protects nothing. Before: the node was denied ("is
+/// reserved by CSR ...") until the reservation ran out.
+#[tokio::test]
+async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
+    let _ = approver().await;
+    let admin = cp().admin_client().await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
+
+    // The Lease name the approver gives a node's reservation, checked against one it made.
+    let lease_name = |node: &str| {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(node.as_bytes());
+        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        format!("nodeauth-name-{hex}")
+    };
+    let probe = unique_name("probe");
+    let c = client_csr(&bootstrap_client().await, &probe).await;
+    assert_eq!(decisions(&decided(&c, 30).await)[0].0, "Approved");
+    let made = reservation_of(&probe)
+        .await
+        .expect("the probe's reservation");
+    assert_eq!(made.metadata.name, Some(lease_name(&probe)));
+
+    let node = unique_name("left-behind");
+    let doomed = create_csr(
+        &bootstrap_client().await,
+        CLIENT_SIGNER,
+        CLIENT_USAGES,
+        doomed_request(&node),
+    )
+    .await;
+    let denied = decided(&doomed, 30).await;
+    assert_eq!(
+        decisions(&denied)[0].0,
+        "Denied",
+        "{:?}",
+        decisions(&denied)
+    );
+    no_reservation_of(&node).await;
+    // Its reservation, as the approver would have left it had the release been lost.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let left: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": lease_name(&node),
+            "labels": {"nodeauth.io/name-reservation": "true"},
+            "annotations": {
+                "nodeauth.io/node-name": node,
+                "nodeauth.io/csr-uid": denied.metadata.uid,
+            },
+        },
+        "spec": {
+            "holderIdentity": doomed,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseDurationSeconds": 3600,
+        },
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &left).await.unwrap();
+
+    let real = client_csr(&bootstrap_client().await, &node).await;
+    let d = decisions(&decided(&real, 30).await);
+    assert_eq!(d[0].0, "Approved", "{d:?}");
+    let lease = reservation_of(&node).await.expect("the node's reservation");
+    assert_eq!(reservation_holder(&lease), Some(real.as_str()));
 }

@@ -3,6 +3,12 @@
 //! bootstrap CSRs asking for the same new names. Whatever the interleaving, each name is
 //! approved exactly once: the reservation is a Lease that only one `create` can make.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
 mod common;
 
 use common::*;
@@ -20,16 +26,29 @@ rules:
 - rule: nodeMustNotExist
 ";
 
+/// Two approvers with [`RACING_POLICY`] and no leader election, shared by the tests here.
+async fn racing_approvers() {
+    static APPROVERS: tokio::sync::OnceCell<(Approver, Approver)> =
+        tokio::sync::OnceCell::const_new();
+    APPROVERS
+        .get_or_init(|| async {
+            let path = cp().dir().join(unique_name("racing-policy"));
+            std::fs::write(&path, RACING_POLICY).unwrap();
+            let args = vec![
+                format!("--policy={}", path.display()),
+                "--leader-elect=false".to_owned(),
+            ];
+            (
+                start_approver_with(&args, true).await,
+                start_approver_with(&args, true).await,
+            )
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn two_uncoordinated_approvers_never_approve_one_name_twice() {
-    let path = cp().dir().join(unique_name("racing-policy"));
-    std::fs::write(&path, RACING_POLICY).unwrap();
-    let args = vec![
-        format!("--policy={}", path.display()),
-        "--leader-elect=false".to_owned(),
-    ];
-    let _a = start_approver_with(&args, true).await;
-    let _b = start_approver_with(&args, true).await;
+    racing_approvers().await;
 
     let (first, second) = (bootstrap_client().await, bootstrap_client().await);
     let names: Vec<String> = (0..15).map(|_| unique_name("raced")).collect();
@@ -59,5 +78,70 @@ async fn two_uncoordinated_approvers_never_approve_one_name_twice() {
                 assert!(d[0].2.contains("is reserved by CSR"), "{}", d[0].2);
             }
         }
+    }
+}
+
+/// Requests reserve a new node's name together with their lookups, so a request that is then
+/// denied holds the name for a moment. Many such requests (a token holder's, each doomed:
+/// a client certificate may name no DNS SAN) race each real node for its name, through both
+/// approvers: every real node is still approved, every doomed request denied, and each name
+/// ends reserved to its real node.
+#[tokio::test]
+async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::Api;
+    use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+
+    racing_approvers().await;
+    let (attacker, nodes) = (bootstrap_client().await, bootstrap_client().await);
+    let names: Vec<String> = (0..10).map(|_| unique_name("contested")).collect();
+    let doomed = |node: &str| {
+        let key = CsrSigningKey::generate_p256().unwrap();
+        CsrBuilder::kubelet_client(node)
+            .dns_name(node)
+            .build(&key)
+            .unwrap()
+    };
+    let raced = futures::future::join_all(names.iter().map(|n| {
+        let (attacker, nodes) = (attacker.clone(), nodes.clone());
+        async move {
+            let attacks = futures::future::join_all(
+                (0..4).map(|_| create_csr(&attacker, CLIENT_SIGNER, CLIENT_USAGES, doomed(n))),
+            );
+            let (attacks, real) = tokio::join!(attacks, client_csr(&nodes, n));
+            (n.clone(), attacks, real)
+        }
+    }))
+    .await;
+    let admin = cp().admin_client().await.unwrap();
+    let leases = Api::<Lease>::namespaced(admin, "nodeauth-system");
+    for (node, attacks, real) in raced {
+        let d = decisions(&decided(&real, 60).await);
+        assert_eq!(
+            d[0].0, "Approved",
+            "{node}: the real node lost its name: {d:?}"
+        );
+        for a in attacks {
+            let d = decisions(&decided(&a, 60).await);
+            assert_eq!(d[0].0, "Denied", "{node}: {d:?}");
+        }
+        // An approved CSR's reservation is never released or taken over before its Node
+        // registers, so it can be read once the CSR is approved.
+        let holders: Vec<String> = leases
+            .list(&kube::api::ListParams::default().labels("nodeauth.io/name-reservation=true"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|l| {
+                l.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("nodeauth.io/node-name"))
+                    == Some(&node)
+            })
+            .filter_map(|l| l.spec?.holder_identity)
+            .collect();
+        assert_eq!(holders, std::slice::from_ref(&real), "{node}");
     }
 }

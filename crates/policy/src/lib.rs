@@ -166,8 +166,9 @@ mod presets;
 mod set;
 
 pub use engine::{
-    CODE_OLDER_PENDING, CODE_REQUESTER_NOT_COVERED, CODE_SIGNER_NOT_COVERED, CODE_SUPERSEDED,
-    Decision, MAX_CONDITION_MESSAGE_BYTES, RuleResult, Verdict,
+    CODE_NODE_MUST_NOT_EXIST, CODE_OLDER_PENDING, CODE_REQUESTER_NOT_COVERED,
+    CODE_SIGNER_NOT_COVERED, CODE_SUPERSEDED, Decision, MAX_CONDITION_MESSAGE_BYTES, RuleResult,
+    Verdict,
 };
 pub use facts::{
     AttestationSummary, ClusterFacts, Context, CsrFacts, MachineFacts, MachineKind,

@@ -194,16 +194,41 @@ pub async fn create_csr(
     usages: &[&str],
     pem: String,
 ) -> Result<String, Error> {
+    let name = unique_name("csr");
+    create_csr_named(client, &name, signer, usages, pem).await?;
+    Ok(name)
+}
+
+/// Creates a CSR named `name` (whoever creates a CSR picks its name), as [`create_csr`] does.
+///
+/// ```no_run
+/// # async fn f(client: kube::Client, pem: String) -> Result<(), nodeauth_testenv::Error> {
+/// nodeauth_testenv::create_csr_named(
+///     &client,
+///     "csr-chosen",
+///     "kubernetes.io/kube-apiserver-client-kubelet",
+///     &["digital signature", "client auth"],
+///     pem,
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+pub async fn create_csr_named(
+    client: &kube::Client,
+    name: &str,
+    signer: &str,
+    usages: &[&str],
+    pem: String,
+) -> Result<(), Error> {
     use k8s_openapi::api::certificates::v1::{
         CertificateSigningRequest, CertificateSigningRequestSpec,
     };
-    let name = unique_name("csr");
     Api::<CertificateSigningRequest>::all(client.clone())
         .create(
             &PostParams::default(),
             &CertificateSigningRequest {
                 metadata: kube::api::ObjectMeta {
-                    name: Some(name.clone()),
+                    name: Some(name.to_owned()),
                     ..Default::default()
                 },
                 spec: CertificateSigningRequestSpec {
@@ -217,7 +242,7 @@ pub async fn create_csr(
         )
         .await
         .map_err(Error::kube("creating a CSR"))?;
-    Ok(name)
+    Ok(())
 }
 
 /// A bootstrap token in group `group`, bound as kubeadm binds its token groups

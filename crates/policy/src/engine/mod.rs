@@ -18,6 +18,7 @@ use nodeauth_csr::SignerRegistry;
 
 pub use decision::{Decision, MAX_CONDITION_MESSAGE_BYTES, RuleResult, Verdict};
 pub use dedup::{CODE_OLDER_PENDING, CODE_SUPERSEDED};
+pub use node::CODE_NODE_MUST_NOT_EXIST;
 
 use crate::{Context, CsrFacts, OnFailure, Policy, Rule};
 

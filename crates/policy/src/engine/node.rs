@@ -18,8 +18,11 @@ fn named_node<'a>(
     Ok(ctx.node.as_ref().filter(|n| n.name == name))
 }
 
+/// Code of `nodeMustNotExist`: the Node exists, or its name is reserved by another request.
+pub const CODE_NODE_MUST_NOT_EXIST: &str = "node.must_not_exist";
+
 pub(super) fn node_must_not_exist(facts: &CsrFacts, ctx: &Context) -> RuleResult {
-    const CODE: &str = "node.must_not_exist";
+    const CODE: &str = CODE_NODE_MUST_NOT_EXIST;
     match named_node(facts, ctx) {
         Err(e) => RuleResult::fail(CODE, e),
         Ok(Some(node)) => RuleResult::fail(
