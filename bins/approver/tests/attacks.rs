@@ -348,25 +348,6 @@ async fn a_name_is_free_again_once_its_registered_node_is_gone() {
     assert_eq!(d[0].0, "Approved", "{d:?}");
 }
 
-/// The approver's reservation Lease for `node`, found by its `nodeauth.io/node-name`
-/// annotation.
-async fn reservation_of(node: &str) -> Option<Lease> {
-    let admin = cp().admin_client().await.unwrap();
-    Api::<Lease>::namespaced(admin, "nodeauth-system")
-        .list(&kube::api::ListParams::default().labels("nodeauth.io/name-reservation=true"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|l| {
-            l.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get("nodeauth.io/node-name"))
-                == Some(&node.to_owned())
-        })
-}
-
 /// Waits until `node` has no reservation Lease.
 async fn no_reservation_of(node: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -377,10 +358,6 @@ async fn no_reservation_of(node: &str) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-}
-
-fn reservation_holder(lease: &Lease) -> Option<&str> {
-    lease.spec.as_ref()?.holder_identity.as_deref()
 }
 
 /// A kubelet client request for `node` that no policy may approve: a client certificate

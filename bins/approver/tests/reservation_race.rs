@@ -88,8 +88,6 @@ async fn two_uncoordinated_approvers_never_approve_one_name_twice() {
 /// ends reserved to its real node.
 #[tokio::test]
 async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names() {
-    use k8s_openapi::api::coordination::v1::Lease;
-    use kube::api::Api;
     use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 
     racing_approvers().await;
@@ -113,8 +111,6 @@ async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names
         }
     }))
     .await;
-    let admin = cp().admin_client().await.unwrap();
-    let leases = Api::<Lease>::namespaced(admin, "nodeauth-system");
     for (node, attacks, real) in raced {
         let d = decisions(&decided(&real, 60).await);
         assert_eq!(
@@ -127,21 +123,7 @@ async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names
         }
         // An approved CSR's reservation is never released or taken over before its Node
         // registers, so it can be read once the CSR is approved.
-        let holders: Vec<String> = leases
-            .list(&kube::api::ListParams::default().labels("nodeauth.io/name-reservation=true"))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|l| {
-                l.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get("nodeauth.io/node-name"))
-                    == Some(&node)
-            })
-            .filter_map(|l| l.spec?.holder_identity)
-            .collect();
-        assert_eq!(holders, std::slice::from_ref(&real), "{node}");
+        let lease = reservation_of(&node).await.expect("the node's reservation");
+        assert_eq!(reservation_holder(&lease), Some(real.as_str()), "{node}");
     }
 }

@@ -381,3 +381,27 @@ pub async fn standing_by(replica: &Approver) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The approver's reservation Lease for `node`, found by its `nodeauth.io/node-name`
+/// annotation.
+pub async fn reservation_of(node: &str) -> Option<k8s_openapi::api::coordination::v1::Lease> {
+    let admin = cp().admin_client().await.unwrap();
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin, "nodeauth-system")
+        .list(&kube::api::ListParams::default().labels("nodeauth.io/name-reservation=true"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|l| {
+            l.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("nodeauth.io/node-name"))
+                == Some(&node.to_owned())
+        })
+}
+
+/// The CSR a reservation Lease names as its holder.
+pub fn reservation_holder(lease: &k8s_openapi::api::coordination::v1::Lease) -> Option<&str> {
+    lease.spec.as_ref()?.holder_identity.as_deref()
+}
