@@ -112,7 +112,11 @@ pub async fn reconcile(
 }
 
 async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Result<Action, Error> {
-    if csr_state(csr).is_decided() {
+    let state = csr_state(csr);
+    if state.is_decided() {
+        if state == CsrState::Denied {
+            release_if_held(csr, ctx).await;
+        }
         return Ok(Action::await_change());
     }
     let spec = &csr.spec;
@@ -207,9 +211,14 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     if decision.verdict == Verdict::Deny
         && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
     {
-        if matches!(reserved, Some(Reserve::Held)) {
-            // It reserved the name before the older one reached the cache: the older one now
-            // waits for this one's decision, so this one must not wait for it.
+        if matches!(reserved, Some(Reserve::Held))
+            || facts
+                .node_name()
+                .is_some_and(|n| ctx.reservations.cached_holder_is(n, holder_of(csr)))
+        {
+            // It reserved the name (now, or in an earlier look) before the older one reached the
+            // cache: the older one now waits for this one's decision, so this one must not wait
+            // for it. (Reserving again below still asks kube-apiserver who holds the name.)
             context.older_pending_for_name = None;
             decision = policy.evaluate_with(&ctx.registry, &facts, &context);
         } else {
@@ -315,8 +324,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
 /// The node name to reserve together with the lookups: only for a request that may be
 /// approved under a `nodeMustNotExist` policy that denies what fails (a policy that abstains
 /// would leave the name reserved to a request nobody decides), while leading, and only when
-/// the caches know of no reservation of the name and of no older request for it waiting to
-/// be decided first.
+/// the caches know of no reservation of the name and of no other pending request for it.
 fn early_reservation<'f>(
     csr: &CertificateSigningRequest,
     facts: &'f CsrFacts,
@@ -334,13 +342,31 @@ fn early_reservation<'f>(
     if ctx.reservations.cached(node).is_some() {
         return None;
     }
-    if policy.rules.contains(&Rule::SupersededByNewer)
-        && facts.common_name() != Some(facts.username.as_str())
-        && older_pending_for_name(csr, facts, policy, ctx).is_some()
-    {
-        return None;
+    // Any other pending request for the name, whatever its policy or requester: reserving now
+    // could make it wait on this one, so only a name's sole request reserves early. (Requests
+    // that will be denied reserve only while no other request for the name is known, so they
+    // cannot keep a real node from its name by reserving it again and again.)
+    let others = facts.common_name().is_some_and(|cn| {
+        same_name_pending(cn, ctx)
+            .iter()
+            .any(|other| other.metadata.uid != csr.metadata.uid)
+    });
+    (!others).then_some(node)
+}
+
+/// Gives back the name a denied CSR still holds (a denial whose release was lost: a lost reply,
+/// a restart, a denial written by another replica or by a person). A denied CSR is never
+/// approved, so the name is free; the reservation is deleted only if unchanged since it was read.
+async fn release_if_held(csr: &CertificateSigningRequest, ctx: &Ctx) {
+    if ctx.dry_run || !ctx.leader.is_leader() {
+        return;
     }
-    Some(node)
+    // The cache keeps no request of a decided CSR (see `serve::trim`), so the name is found
+    // from the reservations' side.
+    if let Some(node) = ctx.reservations.cached_name_held_by(holder_of(csr)) {
+        ctx.metrics.reservation("released");
+        ctx.reservations.release(&node, holder_of(csr)).await;
+    }
 }
 
 /// Whether the cache shows `holder` denied, and as the very CSR that reserved (same UID): a
@@ -731,27 +757,28 @@ async fn write_decision(
             verdict: decision.verdict,
             source,
         })?;
-    let release = |verdict_releases: bool| async move {
-        if verdict_releases && let Some(node) = node {
-            ctx.metrics.reservation("released");
-            ctx.reservations.release(node, holder_of(csr)).await;
-        }
-    };
     match written {
-        // A denied CSR is never approved: a name it reserved is free once the denial is
-        // written (not before: another replica may be writing its approval).
-        Written::Written => release(decision.verdict == Verdict::Deny && holds_name).await,
+        Written::Written => {
+            // A denied CSR is never approved: a name it reserved is free once the denial is
+            // written (not before: another replica may be writing its approval).
+            if decision.verdict == Verdict::Deny
+                && holds_name
+                && let Some(node) = node
+            {
+                ctx.metrics.reservation("released");
+                ctx.reservations.release(node, holder_of(csr)).await;
+            }
+        }
         Written::Conflict => {
             return Err(Error::Conflict {
                 name: name.to_owned(),
                 verdict: decision.verdict,
             });
         }
-        Written::Gone => {
-            // Gone before its decision was written: free the name it may have reserved.
-            release(decision.verdict == Verdict::Approve || holds_name).await;
-            return Ok(false);
-        }
+        // Gone before its decision was written. Its reservation is kept: another replica may
+        // have approved it before it was deleted (the certificate outlives the CSR), and from
+        // here the two cannot be told apart. A name so held is released by hand, or runs out.
+        Written::Gone => return Ok(false),
     }
     Ok(true)
 }

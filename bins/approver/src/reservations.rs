@@ -176,6 +176,24 @@ impl Reservations {
         (!holder.is(csr) && in_force(&lease, jiff::Timestamp::now(), denied)).then(|| holder.into())
     }
 
+    /// The node name whose reservation the cache shows `csr` holding (in force or not). Walks
+    /// every reservation: for the rare CSR whose request is no longer at hand (a denied one).
+    pub fn cached_name_held_by(&self, csr: Holder<'_>) -> Option<String> {
+        self.store.state().into_iter().find_map(|lease| {
+            holder(&lease)
+                .is_some_and(|h| h.is(csr))
+                .then(|| {
+                    lease
+                        .metadata
+                        .annotations
+                        .as_ref()?
+                        .get(NODE_ANNOTATION)
+                        .cloned()
+                })
+                .flatten()
+        })
+    }
+
     /// Whether the cache shows `csr` holding `node`'s name (in force or not).
     pub fn cached_holder_is(&self, node: &str, csr: Holder<'_>) -> bool {
         self.cached(node)
@@ -246,8 +264,7 @@ impl Reservations {
             .map(|_| Reserve::Held)
     }
 
-    /// Gives up `csr`'s reservation of `node` (the CSR vanished before it was approved, or was
-    /// denied).
+    /// Gives up `csr`'s reservation of `node` (the CSR was denied: it can never be approved).
     pub async fn release(&self, node: &str, csr: Holder<'_>) {
         let name = lease_name(node);
         if let Ok(lease) = self.api.get(&name).await

@@ -250,41 +250,7 @@ async fn a_denial_names_the_holding_csr_only_to_those_who_could_see_it() {
 
     // A ServiceAccount that may create CSRs and nothing else, covered by a bootstrap policy
     // of its own (SA_BOOTSTRAP_POLICY, in front of the documented one).
-    let admin = cp().admin_client().await.unwrap();
-    let sa = unique_name("csr-creator");
-    nodeauth_testenv::manifests::apply_yaml(
-        &admin,
-        &format!(
-            "apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: {sa}, namespace: nodeauth-system}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {sa}}}
-rules:
-- apiGroups: [certificates.k8s.io]
-  resources: [certificatesigningrequests]
-  verbs: [create, get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {sa}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {sa}}}
-subjects:
-- {{kind: ServiceAccount, name: {sa}, namespace: nodeauth-system}}
-"
-        ),
-    )
-    .await
-    .unwrap();
-    let token = nodeauth_testenv::manifests::service_account_token(&admin, "nodeauth-system", &sa)
-        .await
-        .unwrap();
-    let client = cp()
-        .client(&nodeauth_testenv::Credential::Token(token))
-        .await
-        .unwrap();
+    let client = csr_creator(&unique_name("csr-creator")).await;
     let key = CsrSigningKey::generate_p256().unwrap();
     let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
     let mine = create_csr(&client, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
@@ -424,12 +390,7 @@ async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
 
     // The Lease name the approver gives a node's reservation, checked against one it made.
-    let lease_name = |node: &str| {
-        use sha2::Digest;
-        let digest = sha2::Sha256::digest(node.as_bytes());
-        let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        format!("nodeauth-name-{hex}")
-    };
+    let lease_name = reservation_lease_name;
     let probe = unique_name("probe");
     let c = client_csr(&bootstrap_client().await, &probe).await;
     assert_eq!(decisions(&decided(&c, 30).await)[0].0, "Approved");
@@ -480,4 +441,54 @@ async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
     assert_eq!(d[0].0, "Approved", "{d:?}");
     let lease = reservation_of(&node).await.expect("the node's reservation");
     assert_eq!(reservation_holder(&lease), Some(real.as_str()));
+}
+
+/// A reservation held by a CSR that someone else denied (a person, another replica) is given
+/// back when the approver sees the denial, before that CSR is deleted: once it is gone, a
+/// reservation naming it could no longer be told from one of an approved CSR deleted after its
+/// certificate was issued, and would hold the name until it ran out.
+#[tokio::test]
+async fn a_reservation_held_by_a_csr_someone_else_denied_is_given_back() {
+    let _ = approver().await;
+    let admin = cp().admin_client().await.unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
+    // A CSR no policy covers (an admin's): the approver leaves it pending.
+    let node = unique_name("denied-elsewhere");
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
+    let name = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let csr = csrs.get(&name).await.unwrap();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let held: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": reservation_lease_name(&node),
+            "labels": {"nodeauth.io/name-reservation": "true"},
+            "annotations": {
+                "nodeauth.io/node-name": node,
+                "nodeauth.io/csr-uid": csr.metadata.uid,
+            },
+        },
+        "spec": {
+            "holderIdentity": name,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseDurationSeconds": 3600,
+        },
+    }))
+    .unwrap();
+    leases.create(&PostParams::default(), &held).await.unwrap();
+    assert!(reservation_of(&node).await.is_some());
+
+    let written = nodeauth_k8s::csr::append_condition(
+        &csrs,
+        &csr,
+        nodeauth_k8s::csr::ConditionType::Denied,
+        "DeniedByHand",
+        "denied by a person",
+    )
+    .await
+    .unwrap();
+    assert!(matches!(written, nodeauth_k8s::Written::Written));
+    no_reservation_of(&node).await;
 }

@@ -127,3 +127,107 @@ async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names
         assert_eq!(reservation_holder(&lease), Some(real.as_str()), "{node}");
     }
 }
+
+/// A request that holds its name's reservation from an earlier look is decided even when an
+/// older request for the name turns up. Two requests made in the same second: the older is the
+/// one whose name sorts first (`creationTimestamp` has whole seconds), so it can be created
+/// after the holder. Without the fix from session 18's review, the holder waited for the older
+/// request ("the first request for a name is decided first") and the older one waited for the
+/// holder ("the name is reserved by an undecided CSR"): neither was ever decided.
+#[tokio::test]
+async fn a_holder_and_an_older_request_for_its_name_do_not_wait_on_each_other() {
+    use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, DeleteParams, PostParams};
+    use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+
+    // A requester no other approver here covers: everything is in place before one does.
+    let sa = unique_name("same-second");
+    let client = csr_creator(&sa).await;
+    let admin = cp().admin_client().await.unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let leases: Api<Lease> = Api::namespaced(admin, "nodeauth-system");
+    let request = |node: &str| {
+        let key = CsrSigningKey::generate_p256().unwrap();
+        CsrBuilder::kubelet_client(node).build(&key).unwrap()
+    };
+    let created = |name: String| {
+        let csrs = csrs.clone();
+        async move {
+            let csr = csrs.get(&name).await.unwrap();
+            csr.metadata.creation_timestamp.unwrap().0
+        }
+    };
+    let mut tries = 0;
+    let (older, holder) = loop {
+        tries += 1;
+        assert!(tries <= 10, "never two CSRs in one second");
+        let node = unique_name("same-second");
+        let suffix = unique_name("x");
+        let (older, holder) = (format!("csr-a-{suffix}"), format!("csr-b-{suffix}"));
+        // The holder's reservation, as an earlier look left it (one written by hand names its
+        // holder by name alone).
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": reservation_lease_name(&node),
+                "labels": {"nodeauth.io/name-reservation": "true"},
+                "annotations": {"nodeauth.io/node-name": node},
+            },
+            "spec": {
+                "holderIdentity": holder,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseDurationSeconds": 3600,
+            },
+        }))
+        .unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+        for name in [&holder, &older] {
+            nodeauth_testenv::create_csr_named(
+                &client,
+                name,
+                CLIENT_SIGNER,
+                CLIENT_USAGES,
+                request(&node),
+            )
+            .await
+            .unwrap();
+        }
+        if created(holder.clone()).await == created(older.clone()).await {
+            break (older, holder);
+        }
+        // A second apart: the holder is simply the older one. Again, with new names.
+        for name in [&holder, &older] {
+            csrs.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        leases
+            .delete(&reservation_lease_name(&node), &DeleteParams::default())
+            .await
+            .unwrap();
+    };
+
+    let path = cp().dir().join(unique_name("same-second-policy"));
+    std::fs::write(
+        &path,
+        format!(
+            "name: same-second
+signers: [{CLIENT_SIGNER}]
+requesters:
+  usernames: [\"system:serviceaccount:nodeauth-system:{sa}\"]
+onFailure: deny
+rules:
+- rule: csrProfile
+- rule: nodeMustNotExist
+- rule: supersededByNewer
+"
+        ),
+    )
+    .unwrap();
+    let _approver = start_approver_with(&[format!("--policy={}", path.display())], true).await;
+    let h = decisions(&decided(&holder, 30).await);
+    assert_eq!(h[0].0, "Approved", "{h:?}");
+    let o = decisions(&decided(&older, 30).await);
+    assert_eq!(o[0].0, "Denied", "{o:?}");
+    assert!(o[0].2.contains("is reserved by"), "{}", o[0].2);
+}

@@ -405,3 +405,52 @@ pub async fn reservation_of(node: &str) -> Option<k8s_openapi::api::coordination
 pub fn reservation_holder(lease: &k8s_openapi::api::coordination::v1::Lease) -> Option<&str> {
     lease.spec.as_ref()?.holder_identity.as_deref()
 }
+
+/// The name of the Lease that reserves `node`'s name (`nodeauth-name-<hash>`, see the README's
+/// "Name reservation"); `attacks.rs` checks it against a Lease the approver made.
+pub fn reservation_lease_name(node: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(node.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("nodeauth-name-{hex}")
+}
+
+/// A client for ServiceAccount `nodeauth-system/<sa>`, created with a role that may create and
+/// get CSRs and nothing else (it may not list them).
+pub async fn csr_creator(sa: &str) -> kube::Client {
+    // Its namespace is the approver's (created with the approver's RBAC, as for an approver).
+    cp().deploy_rbac("approver", "nodeauth-approver")
+        .await
+        .expect("deploy RBAC");
+    let admin = cp().admin_client().await.unwrap();
+    manifests::apply_yaml(
+        &admin,
+        &format!(
+            "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}, namespace: nodeauth-system}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {sa}}}
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests]
+  verbs: [create, get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {sa}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {sa}}}
+subjects:
+- {{kind: ServiceAccount, name: {sa}, namespace: nodeauth-system}}
+"
+        ),
+    )
+    .await
+    .unwrap();
+    let token = manifests::service_account_token(&admin, "nodeauth-system", sa)
+        .await
+        .unwrap();
+    cp().client(&Credential::Token(token)).await.unwrap()
+}
