@@ -492,3 +492,21 @@ async fn a_reservation_held_by_a_csr_someone_else_denied_is_given_back() {
     assert!(matches!(written, nodeauth_k8s::Written::Written));
     no_reservation_of(&node).await;
 }
+
+/// A new node's lone request reserves its name in the same round trip as its lookups
+/// (`nodeauth_approver_name_reservations_total{step="early"}`): the path the join storm
+/// measures is the one taken.
+#[tokio::test]
+async fn a_lone_request_reserves_its_name_with_its_lookups() {
+    const METRIC: &str = "nodeauth_approver_name_reservations_total";
+    let approver = approver().await;
+    let before = approver.metric(METRIC, &["step=\"early\""]);
+    let node = unique_name("lone");
+    let csr = client_csr(&bootstrap_client().await, &node).await;
+    assert_eq!(decisions(&decided(&csr, 30).await)[0].0, "Approved");
+    approver
+        .wait_metric_at_least(METRIC, &["step=\"early\""], before + 1.0)
+        .await;
+    let lease = reservation_of(&node).await.expect("the node's reservation");
+    assert_eq!(reservation_holder(&lease), Some(csr.as_str()));
+}
