@@ -13,7 +13,6 @@ mod common;
 
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
@@ -386,8 +385,6 @@ async fn a_request_under_a_deleted_holders_name_does_not_inherit_its_reservation
 #[tokio::test]
 async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
     let _ = approver().await;
-    let admin = cp().admin_client().await.unwrap();
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
 
     // The Lease name the approver gives a node's reservation, checked against one it made.
     let lease_name = reservation_lease_name;
@@ -416,25 +413,7 @@ async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
     );
     no_reservation_of(&node).await;
     // Its reservation, as the approver would have left it had the release been lost.
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
-    let left: Lease = serde_json::from_value(serde_json::json!({
-        "metadata": {
-            "name": lease_name(&node),
-            "labels": {"nodeauth.io/name-reservation": "true"},
-            "annotations": {
-                "nodeauth.io/node-name": node,
-                "nodeauth.io/csr-uid": denied.metadata.uid,
-            },
-        },
-        "spec": {
-            "holderIdentity": doomed,
-            "acquireTime": now,
-            "renewTime": now,
-            "leaseDurationSeconds": 3600,
-        },
-    }))
-    .unwrap();
-    leases.create(&PostParams::default(), &left).await.unwrap();
+    create_reservation(&node, &doomed, denied.metadata.uid.as_deref()).await;
 
     let real = client_csr(&bootstrap_client().await, &node).await;
     let d = decisions(&decided(&real, 30).await);
@@ -452,32 +431,13 @@ async fn a_reservation_held_by_a_csr_someone_else_denied_is_given_back() {
     let _ = approver().await;
     let admin = cp().admin_client().await.unwrap();
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
     // A CSR no policy covers (an admin's): the approver leaves it pending.
     let node = unique_name("denied-elsewhere");
     let key = CsrSigningKey::generate_p256().unwrap();
     let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
     let name = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
     let csr = csrs.get(&name).await.unwrap();
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
-    let held: Lease = serde_json::from_value(serde_json::json!({
-        "metadata": {
-            "name": reservation_lease_name(&node),
-            "labels": {"nodeauth.io/name-reservation": "true"},
-            "annotations": {
-                "nodeauth.io/node-name": node,
-                "nodeauth.io/csr-uid": csr.metadata.uid,
-            },
-        },
-        "spec": {
-            "holderIdentity": name,
-            "acquireTime": now,
-            "renewTime": now,
-            "leaseDurationSeconds": 3600,
-        },
-    }))
-    .unwrap();
-    leases.create(&PostParams::default(), &held).await.unwrap();
+    create_reservation(&node, &name, csr.metadata.uid.as_deref()).await;
     assert!(reservation_of(&node).await.is_some());
 
     let written = nodeauth_k8s::csr::append_condition(

@@ -138,7 +138,7 @@ async fn requests_doomed_to_denial_racing_new_nodes_do_not_cost_them_their_names
 async fn a_holder_and_an_older_request_for_its_name_do_not_wait_on_each_other() {
     use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
     use k8s_openapi::api::coordination::v1::Lease;
-    use kube::api::{Api, DeleteParams, PostParams};
+    use kube::api::{Api, DeleteParams};
     use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 
     // A requester no other approver here covers: everything is in place before one does.
@@ -167,22 +167,7 @@ async fn a_holder_and_an_older_request_for_its_name_do_not_wait_on_each_other() 
         let (older, holder) = (format!("csr-a-{suffix}"), format!("csr-b-{suffix}"));
         // The holder's reservation, as an earlier look left it (one written by hand names its
         // holder by name alone).
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
-        let lease: Lease = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": reservation_lease_name(&node),
-                "labels": {"nodeauth.io/name-reservation": "true"},
-                "annotations": {"nodeauth.io/node-name": node},
-            },
-            "spec": {
-                "holderIdentity": holder,
-                "acquireTime": now,
-                "renewTime": now,
-                "leaseDurationSeconds": 3600,
-            },
-        }))
-        .unwrap();
-        leases.create(&PostParams::default(), &lease).await.unwrap();
+        create_reservation(&node, &holder, None).await;
         for name in [&holder, &older] {
             nodeauth_testenv::create_csr_named(
                 &client,

@@ -454,3 +454,33 @@ subjects:
         .unwrap();
     cp().client(&Credential::Token(token)).await.unwrap()
 }
+
+/// Writes `node`'s reservation by hand, held by CSR `holder` (with its UID, or by name alone as
+/// reservations written before UIDs were recorded), for an hour from now.
+pub async fn create_reservation(node: &str, holder: &str, uid: Option<&str>) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now());
+    let mut annotations = serde_json::json!({"nodeauth.io/node-name": node});
+    if let Some(uid) = uid {
+        annotations["nodeauth.io/csr-uid"] = uid.into();
+    }
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": reservation_lease_name(node),
+            "labels": {"nodeauth.io/name-reservation": "true"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "holderIdentity": holder,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseDurationSeconds": 3600,
+        },
+    }))
+    .unwrap();
+    let admin = cp().admin_client().await.unwrap();
+    Api::<Lease>::namespaced(admin, "nodeauth-system")
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap();
+}
