@@ -197,7 +197,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             .reservations
             .held_by_other(node, holder_of(csr), &denied)
     {
-        context.name_reservation = Some(held_by(holder.csr.clone(), &facts, ctx).await);
+        context.name_reservation = Some(held_by(&holder, &facts, ctx).await);
         name_holder = Some(holder);
     }
     let started = Instant::now();
@@ -211,11 +211,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     if decision.verdict == Verdict::Deny
         && decision.failures().all(|r| r.code == CODE_OLDER_PENDING)
     {
-        if matches!(reserved, Some(Reserve::Held))
-            || facts
-                .node_name()
-                .is_some_and(|n| ctx.reservations.cached_holder_is(n, holder_of(csr)))
-        {
+        if holds_name(reserved.as_ref(), csr, &facts, ctx) {
             // It reserved the name (now, or in an earlier look) before the older one reached the
             // cache: the older one now waits for this one's decision, so this one must not wait
             // for it. (Reserving again below still asks kube-apiserver who holds the name.)
@@ -255,7 +251,7 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         match outcome {
             Reserve::Held => reserved = Some(Reserve::Held),
             Reserve::HeldBy(holder) => {
-                context.name_reservation = Some(held_by(holder.csr.clone(), &facts, ctx).await);
+                context.name_reservation = Some(held_by(&holder, &facts, ctx).await);
                 name_holder = Some(holder);
                 decision = policy.evaluate_with(&ctx.registry, &facts, &context);
             }
@@ -302,11 +298,8 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
         }
     }
     let node = facts.node_name().map(str::to_owned);
-    // Whether this CSR holds its name's reservation: released if it is denied.
-    let holds_name = matches!(reserved, Some(Reserve::Held))
-        || node
-            .as_deref()
-            .is_some_and(|n| ctx.reservations.cached_holder_is(n, holder_of(csr)));
+    // Released if it is denied.
+    let holds_name = holds_name(reserved.as_ref(), csr, &facts, ctx);
     record(
         csr,
         name,
@@ -382,6 +375,20 @@ fn holder_denied(holder: Holder<'_>, ctx: &Ctx) -> bool {
     })
 }
 
+/// Whether `csr` holds its node name's reservation: reserving in this look found it so
+/// (`reserved`), or the cache shows it (an earlier look reserved it).
+fn holds_name(
+    reserved: Option<&Reserve>,
+    csr: &CertificateSigningRequest,
+    facts: &CsrFacts,
+    ctx: &Ctx,
+) -> bool {
+    matches!(reserved, Some(Reserve::Held))
+        || facts
+            .node_name()
+            .is_some_and(|n| ctx.reservations.cached_holder_is(n, holder_of(csr)))
+}
+
 /// `csr` as a reservation names its holder.
 fn holder_of(csr: &CertificateSigningRequest) -> Holder<'_> {
     Holder {
@@ -433,10 +440,10 @@ fn signer_label<'p>(policy: &'p Policy, signer_name: &str) -> &'p str {
 const NEEDS_NODE: &[&str] = &["node.must_exist", "sans.within_node_addresses"];
 
 /// The reservation `holder` holds, as this CSR's requester may be told of it.
-async fn held_by(holder: String, facts: &CsrFacts, ctx: &Ctx) -> NameReservation {
+async fn held_by(holder: &HeldBy, facts: &CsrFacts, ctx: &Ctx) -> NameReservation {
     NameReservation {
         holder_visible: lookups::may_list_csrs(&ctx.client, facts).await,
-        holder_csr: holder,
+        holder_csr: holder.csr.clone(),
     }
 }
 
@@ -654,9 +661,10 @@ async fn record(
     ctx: &Ctx,
 ) -> Result<Action, Error> {
     let Some(in_force) = ctx.policies.hold(generation).await else {
-        // A name this approval reserved stays reserved to this CSR: the new set's decision
-        // reserves it again (`Held`) or, if it denies, the reservation runs out. Releasing it
-        // here could free the name of a CSR whose approval another look already wrote.
+        // A name this look reserved stays reserved to this CSR: the new set's decision
+        // reserves it again (`Held`) or, if it denies, releases it once the denial is written.
+        // Releasing it here could free the name of a CSR whose approval another look already
+        // wrote.
         tracing::debug!(
             csr = name,
             policy = %decision.policy,

@@ -95,7 +95,7 @@ pub struct Metrics {
     pub sars: Family<SarLabels, Counter>,
     /// `nodeauth_approver_name_reservations_total{step}`: node-name reservations asked for,
     /// `step="early"` (together with the CSR's lookups) or `"after"` (after its decision), and
-    /// given up, `step="released"` (its CSR was denied, or vanished, first).
+    /// given up, `step="released"` (its CSR was denied).
     pub reservations: Family<ReservationLabels, Counter>,
     /// The `cluster` label of this view's samples: the workload cluster (`namespace/name`) in
     /// management-cluster mode, empty for the cluster the approver runs in.
