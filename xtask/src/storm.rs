@@ -178,6 +178,9 @@ enum Config {
     KcmTunedKubeadm,
     /// KCM tuned with kubeadm's credentials, given the full policy's CSRs.
     KcmTunedKubeadmAttested,
+    /// KCM tuned speaking JSON to kube-apiserver (`--kube-api-content-type=application/json`),
+    /// as nodeauth does (kube-rs has no protobuf): what the wire format costs kube-apiserver.
+    KcmTunedJson,
     Floor,
 }
 
@@ -198,6 +201,7 @@ impl Config {
             Config::KcmTunedKubeadmAttested => {
                 "KCM tuned, kubeadm's credentials, the full policy's CSRs"
             }
+            Config::KcmTunedJson => "KCM tuned, JSON",
             Config::Floor => "floor (no controller)",
         }
     }
@@ -541,7 +545,8 @@ async fn one(
         | Config::KcmTuned
         | Config::KcmTunedAttested
         | Config::KcmTunedKubeadm
-        | Config::KcmTunedKubeadmAttested => {
+        | Config::KcmTunedKubeadmAttested
+        | Config::KcmTunedJson => {
             let mut opts = KcmOptions::controllers(&["csrapproving", "csrsigning"]);
             if matches!(
                 config,
@@ -554,6 +559,10 @@ async fn one(
                     format!("--kube-api-qps={}", args.kcm_qps),
                     format!("--kube-api-burst={}", args.kcm_qps * 2),
                 ];
+            }
+            if config == Config::KcmTunedJson {
+                opts.extra_args
+                    .push("--kube-api-content-type=application/json".to_owned());
             }
             kcm = Some(cp.start_kcm(&opts)?);
         }
@@ -600,6 +609,7 @@ async fn one(
             Config::KcmTunedAttested => "kta",
             Config::KcmTunedKubeadm => "ktk",
             Config::KcmTunedKubeadmAttested => "ktka",
+            Config::KcmTunedJson => "ktj",
             Config::Floor => "fl",
         },
         nodeauth_testenv::random_lower_alnum(4)
@@ -788,7 +798,8 @@ async fn verify_decisions(
         | Config::KcmTuned
         | Config::KcmTunedAttested
         | Config::KcmTunedKubeadm
-        | Config::KcmTunedKubeadmAttested => ("AutoApproved", None),
+        | Config::KcmTunedKubeadmAttested
+        | Config::KcmTunedJson => ("AutoApproved", None),
         Config::Floor => ("Floor", None),
     };
     let list = csrs
@@ -1109,6 +1120,7 @@ fn runs_kcm(config: Config) -> bool {
             | Config::KcmTunedAttested
             | Config::KcmTunedKubeadm
             | Config::KcmTunedKubeadmAttested
+            | Config::KcmTunedJson
     )
 }
 
