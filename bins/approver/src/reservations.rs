@@ -234,8 +234,8 @@ impl Reservations {
                 ..Default::default()
             }),
         };
-        match self.api.create(&PostParams::default(), &lease).await {
-            Ok(_) => return Ok(Reserve::Held),
+        match nodeauth_k8s::proto::create(&self.api, &lease).await {
+            Ok(()) => return Ok(Reserve::Held),
             Err(e) if !is_conflict(&e) => return Err(e),
             Err(_) => {}
         }

@@ -4,7 +4,8 @@
 //!
 //! Both writes send the object as it was read, with its resourceVersion: if anyone wrote the
 //! CSR since (another replica approved it, a signer issued it), the API server refuses the
-//! write with 409 and nothing is written twice ([`Written::Conflict`]).
+//! write with 409 and nothing is written twice ([`Written::Conflict`]). Both go out in
+//! protobuf ([`crate::proto`]), as every Kubernetes component's writes do.
 //!
 //! ```
 //! use k8s_openapi::api::certificates::v1::{
@@ -36,6 +37,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::{Api, PostParams};
 
+use crate::proto;
 use crate::write::Written;
 
 /// Where a CSR object is in its life, from its conditions and certificate.
@@ -186,15 +188,15 @@ pub async fn append_condition(
     message: &str,
 ) -> Result<Written, kube::Error> {
     let updated = with_condition(csr, type_, reason, message, jiff::Timestamp::now());
-    Written::from_result(
-        api.replace_subresource(
+    let request = kube::core::Request::new(api.resource_url())
+        .replace_subresource(
             type_.subresource(),
             &csr.name_any(),
             &PostParams::default(),
-            &updated,
+            Vec::new(),
         )
-        .await,
-    )
+        .map_err(kube::Error::BuildRequest)?;
+    Written::from_result(proto::send(&api.clone().into_client(), request, &updated).await)
 }
 
 /// Writes the issued certificate (PEM) into `status.certificate` of `csr` as it was read,
@@ -213,10 +215,15 @@ pub async fn write_certificate(
         .status
         .get_or_insert_with(CertificateSigningRequestStatus::default)
         .certificate = Some(ByteString(pem.to_vec()));
-    Written::from_result(
-        api.replace_status(&csr.name_any(), &PostParams::default(), &updated)
-            .await,
-    )
+    let request = kube::core::Request::new(api.resource_url())
+        .replace_subresource(
+            "status",
+            &csr.name_any(),
+            &PostParams::default(),
+            Vec::new(),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    Written::from_result(proto::send(&api.clone().into_client(), request, &updated).await)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //! - [`error`]: [`ApiErrorKind`], what a failed call means (not found, conflict, forbidden,
 //!   retryable, ...), so no caller matches HTTP status codes itself.
 //! - [`bundle`]: a signer's CA bundle published as a ClusterTrustBundle, else a ConfigMap.
+//! - [`proto`]: kube-apiserver's protobuf encoding, in which the per-node writes go out.
 //! - [`access`]: SubjectAccessReviews (may this requester do that?).
 //! - [`attestation`]: [`KubeAttestationStore`], the attestation state model
 //!   ([`nodeauth_attest::AttestationStore`]: single-use ids, trust-on-first-use bindings, TPM
@@ -43,6 +44,7 @@ pub mod attestation;
 pub mod bundle;
 pub mod csr;
 pub mod error;
+pub mod proto;
 pub mod write;
 
 pub use attestation::KubeAttestationStore;
