@@ -11,28 +11,11 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use common::admin;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use common::{admin, namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams};
 use nodeauth_attest::{AttestationStore, Counter, TofuBinding, TofuError, TofuOutcome, contract};
 use nodeauth_k8s::KubeAttestationStore;
-use nodeauth_testenv::unique_name;
-
-async fn namespace(client: &kube::Client) -> String {
-    let name = unique_name("attest");
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            ..ObjectMeta::default()
-        },
-        ..Namespace::default()
-    };
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
-    name
-}
 
 async fn records(client: &kube::Client, ns: &str, kind: &str) -> Vec<ConfigMap> {
     Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -47,7 +30,7 @@ async fn records(client: &kube::Client, ns: &str, kind: &str) -> Vec<ConfigMap> 
 #[tokio::test]
 async fn kube_store_meets_the_store_contract_with_visible_records() {
     let client = admin().await;
-    let ns = namespace(&client).await;
+    let ns = namespace(&client, "attest").await;
     let store = KubeAttestationStore::new(client.clone(), &ns);
     contract::store_contract(&store, "kube").await;
 
@@ -79,7 +62,7 @@ async fn kube_store_meets_the_store_contract_with_visible_records() {
 #[tokio::test]
 async fn two_approvers_race_and_exactly_one_wins_each_record() {
     let client = admin().await;
-    let ns = namespace(&client).await;
+    let ns = namespace(&client, "attest").await;
     let a = KubeAttestationStore::new(client.clone(), &ns);
     let b = KubeAttestationStore::new(client.clone(), &ns);
     let now = SystemTime::now();
@@ -154,7 +137,7 @@ async fn two_approvers_race_and_exactly_one_wins_each_record() {
 #[tokio::test]
 async fn expired_single_use_records_are_swept_and_nothing_else() {
     let client = admin().await;
-    let ns = namespace(&client).await;
+    let ns = namespace(&client, "attest").await;
     let store = KubeAttestationStore::new(client.clone(), &ns);
     let now = SystemTime::now();
     let past = now - Duration::from_secs(10);

@@ -12,7 +12,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::admin;
+use common::{admin, namespace};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
@@ -219,20 +219,7 @@ async fn protobuf_writes_lose_races_and_refusals_as_json_ones_do() {
 #[tokio::test]
 async fn a_lease_created_in_protobuf_reads_back_as_sent() {
     let client = admin().await;
-    let ns = unique_name("proto");
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &Namespace {
-                metadata: ObjectMeta {
-                    name: Some(ns.clone()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let ns = namespace(&client, "proto").await;
     let api = Api::<Lease>::namespaced(client.clone(), &ns);
     let at: jiff::Timestamp = "2026-11-29T01:02:03.123456789Z".parse().unwrap();
     let lease = Lease {
