@@ -34,8 +34,7 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use crate::proto;
 use crate::write::Written;
@@ -188,15 +187,7 @@ pub async fn append_condition(
     message: &str,
 ) -> Result<Written, kube::Error> {
     let updated = with_condition(csr, type_, reason, message, jiff::Timestamp::now());
-    let request = kube::core::Request::new(api.resource_url())
-        .replace_subresource(
-            type_.subresource(),
-            &csr.name_any(),
-            &PostParams::default(),
-            Vec::new(),
-        )
-        .map_err(kube::Error::BuildRequest)?;
-    Written::from_result(proto::send(&api.clone().into_client(), request, &updated).await)
+    Written::from_result(proto::replace_subresource(api, type_.subresource(), &updated).await)
 }
 
 /// Writes the issued certificate (PEM) into `status.certificate` of `csr` as it was read,
@@ -215,15 +206,7 @@ pub async fn write_certificate(
         .status
         .get_or_insert_with(CertificateSigningRequestStatus::default)
         .certificate = Some(ByteString(pem.to_vec()));
-    let request = kube::core::Request::new(api.resource_url())
-        .replace_subresource(
-            "status",
-            &csr.name_any(),
-            &PostParams::default(),
-            Vec::new(),
-        )
-        .map_err(kube::Error::BuildRequest)?;
-    Written::from_result(proto::send(&api.clone().into_client(), request, &updated).await)
+    Written::from_result(proto::replace_subresource(api, "status", &updated).await)
 }
 
 #[cfg(test)]

@@ -132,7 +132,10 @@ pub fn status_from(code: u16, body: &[u8]) -> kube::core::Status {
             .unwrap_or(code);
         return status;
     }
-    if let Ok(status) = serde_json::from_slice::<kube::core::Status>(body) {
+    if let Ok(mut status) = serde_json::from_slice::<kube::core::Status>(body) {
+        if status.code == 0 {
+            status.code = code;
+        }
         return status;
     }
     let text = String::from_utf8_lossy(body);
@@ -165,6 +168,28 @@ pub async fn send<K: Protobuf>(
         return Err(kube::Error::Api(status_from(code.as_u16(), &body).boxed()));
     }
     Ok(())
+}
+
+/// Replaces `object` (as read: its name and resourceVersion) through `api`'s `subresource`,
+/// in protobuf (the reply's object is not read back).
+///
+/// # Errors
+/// As [`send`]: 409 when the object changed since it was read, 404 when it is gone.
+pub async fn replace_subresource<K: Protobuf + kube::Resource + Clone>(
+    api: &kube::Api<K>,
+    subresource: &str,
+    object: &K,
+) -> Result<(), kube::Error> {
+    let name = object.meta().name.as_deref().unwrap_or_default();
+    let request = kube::core::Request::new(api.resource_url())
+        .replace_subresource(
+            subresource,
+            name,
+            &kube::api::PostParams::default(),
+            Vec::new(),
+        )
+        .map_err(kube::Error::BuildRequest)?;
+    send(&api.clone().into_client(), request, object).await
 }
 
 /// Creates `object` through `api`, in protobuf (the reply's object is not read back).
@@ -696,6 +721,10 @@ mod tests {
         let json = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"gone","reason":"NotFound","code":404}"#;
         let s = status_from(404, json);
         assert_eq!((s.code, s.reason.as_str()), (404, "NotFound"));
+
+        // A JSON Status without a code takes the reply's.
+        let s = status_from(503, br#"{"kind":"Status","message":"later"}"#);
+        assert_eq!((s.code, s.message.as_str()), (503, "later"));
 
         let s = status_from(502, b" Bad Gateway\n");
         assert_eq!((s.code, s.message.as_str()), (502, "Bad Gateway"));
