@@ -470,3 +470,87 @@ async fn a_lone_request_reserves_its_name_with_its_lookups() {
     let lease = reservation_of(&node).await.expect("the node's reservation");
     assert_eq!(reservation_holder(&lease), Some(csr.as_str()));
 }
+
+/// Attack (churn): a token holder keeps sending doomed requests for the name a real node is
+/// asking for. Each one reserving the name with its lookups would make the real request wait on
+/// it ("reserved by an undecided CSR") again and again. So a request reserves early only while
+/// it is its name's sole pending request: with another request pending (here one no policy
+/// covers, which stays pending), a doomed request is denied without ever creating a
+/// reservation. Observed on a watch of the reservation Leases, from before the doomed request
+/// to a marker Lease the test writes after its denial (a watch delivers in order, so every
+/// reservation made before the denial has been delivered by then).
+#[tokio::test]
+async fn a_doomed_request_does_not_reserve_a_name_another_request_waits_for() {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{WatchEvent, WatchParams};
+
+    let _ = approver().await;
+    let admin = cp().admin_client().await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "nodeauth-system");
+    let selector = "nodeauth.io/name-reservation=true";
+    let from = leases
+        .list_metadata(&kube::api::ListParams::default().labels(selector))
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut events = leases
+        .watch(&WatchParams::default().labels(selector), &from)
+        .await
+        .unwrap()
+        .boxed();
+
+    let node = unique_name("churned");
+    // The request that waits: no policy covers an admin's CSR, so it stays pending.
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
+    let waiting = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let doomed = create_csr(
+        &bootstrap_client().await,
+        CLIENT_SIGNER,
+        CLIENT_USAGES,
+        doomed_request(&node),
+    )
+    .await;
+    let d = decisions(&decided(&doomed, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+
+    let marker = unique_name("marker");
+    create_reservation(&marker, "no-such-csr", None).await;
+    let (reserved, marker_lease) = (
+        reservation_lease_name(&node),
+        reservation_lease_name(&marker),
+    );
+    let mut seen = vec![];
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while let Some(event) = events.try_next().await.unwrap() {
+            let name = match &event {
+                WatchEvent::Added(l) | WatchEvent::Modified(l) | WatchEvent::Deleted(l) => {
+                    l.metadata.name.clone().unwrap_or_default()
+                }
+                WatchEvent::Bookmark(_) => continue,
+                WatchEvent::Error(e) => panic!("watching reservations: {e:?}"),
+            };
+            if name == marker_lease {
+                return;
+            }
+            seen.push(name);
+        }
+        panic!("the reservation watch ended before the marker");
+    })
+    .await
+    .expect("the marker reservation on the watch");
+    assert!(
+        !seen.contains(&reserved),
+        "the doomed request {doomed} reserved {node} while {waiting} was pending"
+    );
+    assert!(reservation_of(&node).await.is_none(), "{node} is reserved");
+    leases
+        .delete(&marker_lease, &Default::default())
+        .await
+        .unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin);
+    csrs.delete(&waiting, &Default::default()).await.unwrap();
+}
