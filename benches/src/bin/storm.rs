@@ -6,7 +6,9 @@
 //! is checked to be for `system:node:<its node>`; any failure is reported, never hidden.
 //!
 //! `--mode floor` also plays the controllers with no logic at all — approve and write a
-//! certificate the moment a CSR appears — as the lower bound any controller pair can reach.
+//! certificate the moment a CSR appears — as the lower bound any controller pair can reach. It
+//! writes in protobuf, as nodeauth's controllers and kube-controller-manager do (a JSON floor
+//! was beaten by a controller writing protobuf), and does not read the written object back.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a measuring program reports on stdout
 
@@ -19,7 +21,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition,
 };
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::runtime::watcher;
 use nodeauth_agent::csr::{CertificateKind, PreparedCsr, prepare, request_certificate};
 use nodeauth_attest::providers::insecure::InsecureAttestor;
@@ -34,6 +36,9 @@ enum Mode {
     Insecure,
     /// Plain CSRs, approved and issued by this program itself with no checks (the floor).
     Floor,
+    /// The floor given `insecure`'s CSRs (each carrying its attestation envelope): the lower
+    /// bound for the same inputs as the full policy's.
+    FloorInsecure,
 }
 
 /// N simulated agents bootstrapping at once.
@@ -150,7 +155,6 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
         pool(move |mut csr: CertificateSigningRequest| {
             let api = api.clone();
             async move {
-                let name = csr.metadata.name.clone().unwrap_or_default();
                 let now =
                     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
                 csr.status.get_or_insert_with(Default::default).conditions =
@@ -162,16 +166,13 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
                         last_update_time: Some(now.clone()),
                         last_transition_time: Some(now),
                     }]);
-                let _ = api
-                    .replace_subresource("approval", &name, &PostParams::default(), &csr)
-                    .await;
+                let _ = nodeauth_k8s::proto::replace_subresource(&api, "approval", &csr).await;
             }
         })
     };
     let issue = pool(move |mut csr: CertificateSigningRequest| {
         let (api, ca, usages) = (api.clone(), ca.clone(), usages.clone());
         async move {
-            let name = csr.metadata.name.clone().unwrap_or_default();
             let Ok(parsed) = nodeauth_csr::parse(&csr.spec.request.0) else {
                 return;
             };
@@ -188,9 +189,7 @@ async fn floor(admin: kube::Client, stop: tokio_util_stop::Stop) -> Result<()> {
             };
             csr.status.get_or_insert_with(Default::default).certificate =
                 Some(k8s_openapi::ByteString(issued.pem.into_bytes()));
-            let _ = api
-                .replace_status(&name, &PostParams::default(), &csr)
-                .await;
+            let _ = nodeauth_k8s::proto::replace_subresource(&api, "status", &csr).await;
         }
     });
     loop {
@@ -265,7 +264,7 @@ async fn main() -> Result<()> {
     // Keys and requests are prepared before the clock starts: the storm measures the cluster.
     let attestors: Vec<Option<InsecureAttestor>> = (0..args.nodes)
         .map(|i| {
-            (args.mode == Mode::Insecure)
+            matches!(args.mode, Mode::Insecure | Mode::FloorInsecure)
                 .then(|| InsecureAttestor::new(format!("nodeauth://{}-{i}", args.prefix)))
         })
         .collect();
@@ -288,11 +287,11 @@ async fn main() -> Result<()> {
     }
 
     let (stop_tx, stop) = tokio_util_stop::new();
-    let floor_task = if args.mode == Mode::Floor {
+    let floor_task = if matches!(args.mode, Mode::Floor | Mode::FloorInsecure) {
         let path = args
             .admin_kubeconfig
             .as_ref()
-            .context("--mode floor needs --admin-kubeconfig")?;
+            .context("--mode floor and floor-insecure need --admin-kubeconfig")?;
         let yaml = std::fs::read_to_string(path)?;
         let kc = kube::config::Kubeconfig::from_yaml(&yaml)?;
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
