@@ -104,10 +104,28 @@ pub async fn start_approver(extra: &[String], wait_ready: bool) -> Approver {
 
 /// Starts the approver as its ServiceAccount with these arguments (and no default policy).
 pub async fn start_approver_with(extra: &[String], wait_ready: bool) -> Approver {
-    let kubeconfig = cp()
+    start_approver_via(None, extra, wait_ready).await
+}
+
+/// [`start_approver_with`], talking to kube-apiserver at `server` (a proxy in front of it,
+/// say) instead of directly.
+pub async fn start_approver_via(
+    server: Option<&str>,
+    extra: &[String],
+    wait_ready: bool,
+) -> Approver {
+    let mut kubeconfig = cp()
         .deploy_rbac("approver", "nodeauth-approver")
         .await
         .expect("deploy RBAC");
+    if let Some(server) = server {
+        let yaml = std::fs::read_to_string(&kubeconfig).unwrap();
+        assert!(yaml.contains(cp().server()), "{yaml}");
+        let via = kubeconfig.with_extension("via.kubeconfig");
+        nodeauth_testenv::pki::write_private(&via, yaml.replace(cp().server(), server).as_bytes())
+            .unwrap();
+        kubeconfig = via;
+    }
     let metrics_port = manifests::free_port().unwrap();
     let health_port = manifests::free_port().unwrap();
     let mut args = vec![

@@ -1,0 +1,89 @@
+//! A CSR deleted between its look and its decision's write keeps the name it reserved: another
+//! replica may have approved it before it was deleted (its certificate outlives it), and from
+//! the 404 the two cannot be told apart. The approver talks to kube-apiserver through a proxy
+//! that delays every chunk, so the deletion lands, by construction, after the reservation and
+//! before the denial: the denial can reach kube-apiserver no sooner than two delays after the
+//! reservation did (the reservation's reply back, then the write out), and the test deletes the
+//! CSR as soon as it sees the reservation.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)] // test code: a broken expectation should stop loudly
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use kube::api::Api;
+use nodeauth_csr::{CsrBuilder, CsrSigningKey};
+use nodeauth_testenv::proxy::{Proxy, ProxyMode};
+use nodeauth_testenv::unique_name;
+
+/// What each chunk of the approver's traffic waits, both ways.
+const DELAY: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn a_csr_deleted_before_its_denial_is_written_keeps_its_reservation() {
+    const DECISIONS: &str = "nodeauth_approver_decisions_total";
+    let proxy = Proxy::start(cp().server()).await.unwrap();
+    // No leader election: its renewals would crawl through the delay too.
+    let approver = start_approver_via(
+        Some(&proxy.url()),
+        &[
+            format!("--policy={}", policy_path().display()),
+            "--leader-elect=false".to_owned(),
+        ],
+        true,
+    )
+    .await;
+    let denied_before = approver.metric(DECISIONS, &["verdict=\"Deny\""]);
+    proxy.set_mode(ProxyMode::Delay(DELAY));
+
+    // Denied for its DNS SAN (csrProfile), after reserving the name with its lookups: it is
+    // the name's only request.
+    let node = unique_name("gone");
+    let key = CsrSigningKey::generate_p256().unwrap();
+    let pem = CsrBuilder::kubelet_client(&node)
+        .dns_name(&node)
+        .build(&key)
+        .unwrap();
+    let doomed = create_csr(&bootstrap_client().await, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reserved = loop {
+        if let Some(lease) = reservation_of(&node).await {
+            break lease;
+        }
+        assert!(Instant::now() < deadline, "{node} was never reserved");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let admin = cp().admin_client().await.unwrap();
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    csrs.delete(&doomed, &Default::default()).await.unwrap();
+    assert_eq!(reservation_holder(&reserved), Some(doomed.as_str()));
+
+    // Its denial is counted once the write came back (a 404): only then is the outcome final.
+    approver
+        .wait_metric_at_least(DECISIONS, &["verdict=\"Deny\""], denied_before + 1.0)
+        .await;
+    proxy.set_mode(ProxyMode::Pass);
+    assert!(
+        csrs.get_opt(&doomed).await.unwrap().is_none(),
+        "{doomed} was not deleted"
+    );
+    let kept = reservation_of(&node).await.unwrap_or_else(|| {
+        panic!("{node}'s reservation was given back after {doomed} was deleted")
+    });
+    assert_eq!(reservation_holder(&kept), Some(doomed.as_str()));
+    assert_eq!(
+        kept.metadata.uid, reserved.metadata.uid,
+        "the same reservation"
+    );
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin, "nodeauth-system")
+        .delete(&reservation_lease_name(&node), &Default::default())
+        .await
+        .unwrap();
+}
