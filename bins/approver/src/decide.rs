@@ -699,17 +699,25 @@ async fn record(
         let written = write_decision(csr, name, node, holds_name, &decision, &message, ctx).await?;
         // The gate is held only while the decision is written, not for its Event.
         drop(in_force);
-        if written {
-            let published = if decision.verdict == Verdict::Approve {
-                ctx.events
-                    .normal(csr, "Approved", "Approve", &message)
-                    .await
-            } else {
-                ctx.events.warning(csr, "Denied", "Deny", &message).await
-            };
-            if let Err(e) = published {
-                tracing::warn!(csr = name, error = %e, "publishing the decision Event");
-            }
+        if !written {
+            // Deleted before its decision was written: nothing was decided, so nothing is
+            // counted as a decision (the denial alerts read those).
+            tracing::debug!(
+                csr = name,
+                "the CSR was deleted before its decision was written"
+            );
+            ctx.metrics.left_alone("gone");
+            return Ok(Action::await_change());
+        }
+        let published = if decision.verdict == Verdict::Approve {
+            ctx.events
+                .normal(csr, "Approved", "Approve", &message)
+                .await
+        } else {
+            ctx.events.warning(csr, "Denied", "Deny", &message).await
+        };
+        if let Err(e) = published {
+            tracing::warn!(csr = name, error = %e, "publishing the decision Event");
         }
     } else {
         drop(in_force);
@@ -742,8 +750,8 @@ async fn record(
 
 /// Appends the Approved or Denied condition through the approval subresource, to the CSR as it
 /// was read: if anyone wrote the CSR since, nothing is written ([`Error::Conflict`]); the next
-/// look sees their change. `Ok(true)`: written; `Ok(false)`: nothing to write, or the CSR is
-/// gone.
+/// look sees their change. `Ok(true)`: written; `Ok(false)`: the CSR is gone (an abstention
+/// is never written, and never asked to be).
 async fn write_decision(
     csr: &CertificateSigningRequest,
     name: &str,

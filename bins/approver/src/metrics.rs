@@ -83,7 +83,8 @@ pub struct Metrics {
     /// `waiting_for_node` (its Node is not known yet), `policy_changed` (the policy set was
     /// replaced while deciding: decided again with the new one), `not_leading` (the lease ran
     /// out while deciding: the replica that took over decides), `waiting_for_name_holder` (the
-    /// name is reserved by a CSR not yet decided). The label is never the signer: anyone
+    /// name is reserved by a CSR not yet decided), `gone` (the CSR was deleted before its
+    /// decision was written: not counted in `decisions`). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
     /// `nodeauth_approver_cached_machines{api}`: Machines in the approver's cache, per API
@@ -171,7 +172,7 @@ impl Metrics {
         );
         registry.register(
             "nodeauth_approver_left_alone",
-            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node, waiting_for_name_holder, policy_changed, not_leading)",
+            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node, waiting_for_name_holder, gone, policy_changed, not_leading)",
             m.left_alone.clone(),
         );
         registry.register(

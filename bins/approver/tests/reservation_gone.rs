@@ -28,7 +28,6 @@ const DELAY: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn a_csr_deleted_before_its_denial_is_written_keeps_its_reservation() {
-    const DECISIONS: &str = "nodeauth_approver_decisions_total";
     let proxy = Proxy::start(cp().server()).await.unwrap();
     // No leader election: its renewals would crawl through the delay too.
     let approver = start_approver_via(
@@ -40,7 +39,7 @@ async fn a_csr_deleted_before_its_denial_is_written_keeps_its_reservation() {
         true,
     )
     .await;
-    let denied_before = approver.metric(DECISIONS, &["verdict=\"Deny\""]);
+    let gone_before = approver.left_alone("gone");
     proxy.set_mode(ProxyMode::Delay(DELAY));
 
     // Denied for its DNS SAN (csrProfile), after reserving the name with its lookups: it is
@@ -65,10 +64,14 @@ async fn a_csr_deleted_before_its_denial_is_written_keeps_its_reservation() {
     csrs.delete(&doomed, &Default::default()).await.unwrap();
     assert_eq!(reservation_holder(&reserved), Some(doomed.as_str()));
 
-    // Its denial is counted once the write came back (a 404): only then is the outcome final.
-    approver
-        .wait_metric_at_least(DECISIONS, &["verdict=\"Deny\""], denied_before + 1.0)
-        .await;
+    // Once the denial's write came back (a 404), the look is counted as one that wrote nothing
+    // (`left_alone{reason="gone"}`), not as a decision: only then is the outcome final.
+    approver.wait_left_alone("gone", gone_before).await;
+    assert_eq!(
+        approver.metric("nodeauth_approver_decisions_total", &["verdict=\"Deny\""]),
+        0.0,
+        "a denial that was never written was counted"
+    );
     proxy.set_mode(ProxyMode::Pass);
     assert!(
         csrs.get_opt(&doomed).await.unwrap().is_none(),
