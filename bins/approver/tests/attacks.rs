@@ -325,16 +325,6 @@ async fn no_reservation_of(node: &str) {
     }
 }
 
-/// A kubelet client request for `node` that no policy may approve: a client certificate
-/// names no DNS SAN (`csrProfile`).
-fn doomed_request(node: &str) -> String {
-    let key = CsrSigningKey::generate_p256().unwrap();
-    CsrBuilder::kubelet_client(node)
-        .dns_name(node)
-        .build(&key)
-        .unwrap()
-}
-
 /// Attack: a reservation outlives the CSR that holds it (kube-controller-manager deletes
 /// approved CSRs after an hour; a node may take longer to register). Whoever creates a CSR
 /// picks its name, so a token holder creates one under the deleted holder's name, for the
@@ -397,13 +387,7 @@ async fn a_reservation_left_by_a_denied_request_does_not_block_the_node() {
     assert_eq!(made.metadata.name, Some(lease_name(&probe)));
 
     let node = unique_name("left-behind");
-    let doomed = create_csr(
-        &bootstrap_client().await,
-        CLIENT_SIGNER,
-        CLIENT_USAGES,
-        doomed_request(&node),
-    )
-    .await;
+    let doomed = create_doomed_csr(&node).await;
     let denied = decided(&doomed, 30).await;
     assert_eq!(
         decisions(&denied)[0].0,
@@ -507,13 +491,7 @@ async fn a_doomed_request_does_not_reserve_a_name_another_request_waits_for() {
     let key = CsrSigningKey::generate_p256().unwrap();
     let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
     let waiting = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
-    let doomed = create_csr(
-        &bootstrap_client().await,
-        CLIENT_SIGNER,
-        CLIENT_USAGES,
-        doomed_request(&node),
-    )
-    .await;
+    let doomed = create_doomed_csr(&node).await;
     let d = decisions(&decided(&doomed, 30).await);
     assert_eq!(d[0].0, "Denied", "{d:?}");
 

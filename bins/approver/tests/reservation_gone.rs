@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::Api;
-use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_testenv::proxy::{Proxy, ProxyMode};
 use nodeauth_testenv::unique_name;
 
@@ -45,12 +44,7 @@ async fn a_csr_deleted_before_its_denial_is_written_keeps_its_reservation() {
     // Denied for its DNS SAN (csrProfile), after reserving the name with its lookups: it is
     // the name's only request.
     let node = unique_name("gone");
-    let key = CsrSigningKey::generate_p256().unwrap();
-    let pem = CsrBuilder::kubelet_client(&node)
-        .dns_name(&node)
-        .build(&key)
-        .unwrap();
-    let doomed = create_csr(&bootstrap_client().await, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let doomed = create_doomed_csr(&node).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     let reserved = loop {
         if let Some(lease) = reservation_of(&node).await {

@@ -502,3 +502,24 @@ pub async fn create_reservation(node: &str, holder: &str, uid: Option<&str>) {
         .await
         .unwrap();
 }
+
+/// A kubelet client request for `node` that no policy may approve: a client certificate
+/// names no DNS SAN (`csrProfile`).
+pub fn doomed_request(node: &str) -> String {
+    let key = CsrSigningKey::generate_p256().unwrap();
+    CsrBuilder::kubelet_client(node)
+        .dns_name(node)
+        .build(&key)
+        .unwrap()
+}
+
+/// Creates a [`doomed_request`] for `node` with a fresh bootstrap token; returns its name.
+pub async fn create_doomed_csr(node: &str) -> String {
+    create_csr(
+        &bootstrap_client().await,
+        CLIENT_SIGNER,
+        CLIENT_USAGES,
+        doomed_request(node),
+    )
+    .await
+}
