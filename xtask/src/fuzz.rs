@@ -61,6 +61,10 @@ fn seeds(target: &str) -> Vec<PathBuf> {
         vec![root.join("crates/csr/tests/fixtures")]
     } else if target.starts_with("tpm_") {
         vec![root.join("crates/tpm/testdata/swtpm")]
+    } else if target.starts_with("k8s_") {
+        // kube-apiserver's error replies as the target reads them: the HTTP code in two bytes,
+        // then the body (a protobuf Status, a JSON one, a proxy's page).
+        vec![root.join("crates/k8s/testdata/proto-replies")]
     } else {
         vec![]
     }

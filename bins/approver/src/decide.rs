@@ -702,9 +702,10 @@ async fn record(
         if !written {
             // Deleted before its decision was written: nothing was decided, so nothing is
             // counted as a decision (the denial alerts read those).
-            tracing::debug!(
+            tracing::info!(
                 csr = name,
-                "the CSR was deleted before its decision was written"
+                verdict = ?decision.verdict,
+                "the CSR was deleted before its decision was written; nothing was decided"
             );
             ctx.metrics.left_alone("gone");
             return Ok(Action::await_change());

@@ -492,7 +492,13 @@ async fn a_doomed_request_does_not_reserve_a_name_another_request_waits_for() {
     let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
     let waiting = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
     let doomed = create_doomed_csr(&node).await;
+    // The control: a doomed request alone for its name does reserve it (and gives it back once
+    // denied), and the watch sees that.
+    let lone = unique_name("churn-control");
+    let control = create_doomed_csr(&lone).await;
     let d = decisions(&decided(&doomed, 30).await);
+    assert_eq!(d[0].0, "Denied", "{d:?}");
+    let d = decisions(&decided(&control, 30).await);
     assert_eq!(d[0].0, "Denied", "{d:?}");
 
     let marker = unique_name("marker");
@@ -523,6 +529,10 @@ async fn a_doomed_request_does_not_reserve_a_name_another_request_waits_for() {
     assert!(
         !seen.contains(&reserved),
         "the doomed request {doomed} reserved {node} while {waiting} was pending"
+    );
+    assert!(
+        seen.contains(&reservation_lease_name(&lone)),
+        "the control {control} never reserved {lone}: {seen:?}"
     );
     assert!(reservation_of(&node).await.is_none(), "{node} is reserved");
     leases

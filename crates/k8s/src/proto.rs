@@ -739,6 +739,33 @@ mod tests {
         ));
     }
 
+    /// The fuzz target's seeds (`fuzz/fuzz_targets/k8s_proto_reply.rs`: the HTTP code in two
+    /// bytes, then the body) read as the replies they stand for.
+    #[test]
+    fn the_fuzz_seeds_read_as_what_they_are() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/proto-replies");
+        for (file, code, reason) in [
+            ("conflict-409.bin", 409, "Conflict"),
+            ("not-found-404.json.bin", 404, "NotFound"),
+            ("proxy-502.txt.bin", 502, ""),
+        ] {
+            let bytes = std::fs::read(dir.join(file)).unwrap();
+            let (head, body) = bytes.split_at(2);
+            assert_eq!(u16::from_be_bytes([head[0], head[1]]), code, "{file}");
+            let status = status_from(code, body);
+            assert_eq!(
+                (status.code, status.reason.as_str()),
+                (code, reason),
+                "{file}"
+            );
+            assert!(!status.message.is_empty(), "{file}");
+        }
+        assert_eq!(
+            type_of(&std::fs::read(dir.join("conflict-409.bin")).unwrap()[2..]).unwrap(),
+            ("v1".to_owned(), "Status".to_owned())
+        );
+    }
+
     proptest! {
         /// Whatever comes back as an error body, it reads as a Status with a code.
         #[test]

@@ -10,7 +10,8 @@
 //! - `BlackHole`: connections are accepted and read, but nothing is forwarded or answered;
 //!   a connection open while in this mode stays a black hole for good (as behind a dropped
 //!   NAT entry): only a client that gives up on it and reconnects recovers.
-//! - `Delay(d)`: each chunk is forwarded `d` late.
+//! - `Delay(d)`: each chunk is forwarded `d` late (or held, or dropped, if the mode turned to
+//!   `Stall` or `Reset` meanwhile).
 //!
 //! TLS passes through untouched: clients verify the apiserver's certificate for
 //! `127.0.0.1`, which the proxy also listens on.
@@ -238,6 +239,9 @@ async fn pump(
             }
             Ok(n) => n,
         };
+        // A chunk waits out one delay at most; the mode is read again after it (a stall or a
+        // reset that began meanwhile holds or drops it too).
+        let mut delayed = false;
         loop {
             let now = *mode.borrow_and_update();
             match now {
@@ -247,9 +251,10 @@ async fn pump(
                     dead.store(true, Ordering::SeqCst);
                     break;
                 }
+                ProxyMode::Delay(_) if delayed => break,
                 ProxyMode::Delay(d) => {
                     tokio::time::sleep(d).await;
-                    break;
+                    delayed = true;
                 }
                 ProxyMode::Stall => {
                     if mode.changed().await.is_err() {
@@ -393,5 +398,37 @@ mod tests {
             t0.elapsed()
         );
         assert_eq!(proxy.mode(), ProxyMode::Delay(Duration::from_millis(200)));
+    }
+
+    #[tokio::test]
+    async fn a_stall_begun_during_a_delay_holds_the_delayed_bytes() {
+        // An upstream that only reads, so what crosses the proxy is seen one way.
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let proxy = Proxy::start(&upstream.local_addr().unwrap().to_string())
+            .await
+            .unwrap();
+        let mut a = TcpStream::connect(proxy.addr()).await.unwrap();
+        let (mut server, _) = tokio::time::timeout(LONG, upstream.accept())
+            .await
+            .unwrap()
+            .unwrap();
+        proxy.set_mode(ProxyMode::Delay(Duration::from_millis(300)));
+        a.write_all(b"1").await.unwrap();
+        // The byte is inside its delay now; the stall begins before the delay ends.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        proxy.set_mode(ProxyMode::Stall);
+        let mut got = [0u8; 1];
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), server.read_exact(&mut got))
+                .await
+                .is_err(),
+            "a delayed byte went through a stall"
+        );
+        proxy.set_mode(ProxyMode::Pass);
+        tokio::time::timeout(LONG, server.read_exact(&mut got))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&got, b"1");
     }
 }
