@@ -1050,13 +1050,12 @@ fn report(results: &[Measured], counts: &[usize], args: &StormArgs) -> String {
                         mark(mr <= tr / 2.0)
                     );
                 }
-                let same_inputs = find(floor_for(tuned.config));
-                if let Some(floor) = same_inputs.or(floor) {
+                if let Some(floor) = floor_against(tuned.config, find) {
                     let ratio = m.total_s / floor.total_s;
                     let _ = writeln!(
                         r,
                         "- the moonshot, within 1.2x the {}: {ratio:.2}x — {}",
-                        if same_inputs.is_some() && floor.config == Config::FloorAttested {
+                        if floor.config == Config::FloorAttested {
                             "floor given the same CSRs"
                         } else {
                             "floor"
@@ -1138,6 +1137,13 @@ fn floor_for(reference: Config) -> Config {
         Config::KcmTunedAttested | Config::KcmTunedKubeadmAttested => Config::FloorAttested,
         _ => Config::Floor,
     }
+}
+
+/// The floor a goal against `reference` is checked with (`T`: a configuration's measurement,
+/// as `present` finds it): the one given the same inputs ([`floor_for`]) where it ran, else
+/// the plain floor.
+fn floor_against<T>(reference: Config, present: impl Fn(Config) -> Option<T>) -> Option<T> {
+    present(floor_for(reference)).or_else(|| present(Config::Floor))
 }
 
 /// Whether `config` runs kube-controller-manager.
@@ -1324,9 +1330,7 @@ fn rounds_section(
                         .filter_map(|round| {
                             let m = at(config, round)?;
                             let t = at(reference, round)?;
-                            let floor = at(floor_for(reference), round)
-                                .or_else(|| at(Config::Floor, round));
-                            check(m, t, floor)
+                            check(m, t, floor_against(reference, |c| at(c, round)))
                         })
                         .collect();
                     if verdicts.is_empty() {

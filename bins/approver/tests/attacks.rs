@@ -250,9 +250,7 @@ async fn a_denial_names_the_holding_csr_only_to_those_who_could_see_it() {
     // A ServiceAccount that may create CSRs and nothing else, covered by a bootstrap policy
     // of its own (SA_BOOTSTRAP_POLICY, in front of the documented one).
     let client = csr_creator(&unique_name("csr-creator")).await;
-    let key = CsrSigningKey::generate_p256().unwrap();
-    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
-    let mine = create_csr(&client, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let mine = client_csr(&client, &node).await;
     let d = decisions(&decided(&mine, 30).await);
     assert_eq!(d[0].0, "Denied", "{d:?}");
     assert!(d[0].2.contains("policy sa-bootstrap"), "{}", d[0].2);
@@ -417,9 +415,7 @@ async fn a_reservation_held_by_a_csr_someone_else_denied_is_given_back() {
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
     // A CSR no policy covers (an admin's): the approver leaves it pending.
     let node = unique_name("denied-elsewhere");
-    let key = CsrSigningKey::generate_p256().unwrap();
-    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
-    let name = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let name = client_csr(&admin, &node).await;
     let csr = csrs.get(&name).await.unwrap();
     create_reservation(&node, &name, csr.metadata.uid.as_deref()).await;
     assert!(reservation_of(&node).await.is_some());
@@ -488,9 +484,7 @@ async fn a_doomed_request_does_not_reserve_a_name_another_request_waits_for() {
 
     let node = unique_name("churned");
     // The request that waits: no policy covers an admin's CSR, so it stays pending.
-    let key = CsrSigningKey::generate_p256().unwrap();
-    let pem = CsrBuilder::kubelet_client(&node).build(&key).unwrap();
-    let waiting = create_csr(&admin, CLIENT_SIGNER, CLIENT_USAGES, pem).await;
+    let waiting = client_csr(&admin, &node).await;
     let doomed = create_doomed_csr(&node).await;
     // The control: a doomed request alone for its name does reserve it (and gives it back once
     // denied), and the watch sees that.
