@@ -42,6 +42,8 @@ pub struct Ctx {
         nodeauth_policy::MachineKind,
         Store<kube::core::DynamicObject>,
     )>,
+    /// The Machines read from kube-apiserver, when `machines` has none for a node.
+    pub live_machines: Arc<crate::inventory::LiveMachines>,
     pub dry_run: bool,
     pub node_wait: Duration,
     pub attestation: Arc<Attestation>,
@@ -185,7 +187,12 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     if early.is_some() {
         ctx.metrics.reservation("early");
     }
-    let mut context = context.map_err(lookup_error)?;
+    let Some(mut context) = context.map_err(lookup_error)? else {
+        // The Machine cache is behind kube-apiserver (see `lookup`): soon again. A reservation
+        // taken meanwhile is this CSR's, and found held by it next time.
+        ctx.metrics.left_alone("waiting_for_machine_cache");
+        return Ok(Action::requeue(Duration::from_millis(250)));
+    };
     // Who holds the name, if another request does: as the cache knows (unless reserving it
     // just now found this one holding it, which is newer than the cache), then as reserving
     // finds.
@@ -502,15 +509,44 @@ fn san_holders(facts: &CsrFacts, node: Option<&str>, ctx: &Ctx) -> Vec<SanHolder
     holders
 }
 
+/// What the policy's rules read about `csr`; `None` when the Machine cache is behind (look
+/// again soon).
 async fn lookup(
     csr: &CertificateSigningRequest,
     facts: &CsrFacts,
     policy: &Policy,
     now: jiff::Timestamp,
     ctx: &Ctx,
-) -> Result<Context, LookupError> {
+) -> Result<Option<Context>, LookupError> {
+    // Every read to kube-apiserver below begins after this instant, so after the CSR was seen.
+    let asked = Instant::now();
     let mut context = Context::empty(now);
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
+    // The Machines the node's rules read, from the cache, before anything else: the EK pins
+    // the attestation check reads come from the same cache, after this, so the rules never
+    // see a Machine the pins did not. When the cache has none for the node, kube-apiserver is
+    // asked (see `LiveMachines`): none there either, and the rules fail on none; one there,
+    // and the cache is behind, so this look ends here and the CSR is looked at again once the
+    // cache may have it (deciding on the read's Machine would pair it with pins read from the
+    // cache without it).
+    let mut machines = Vec::new();
+    if let Some(node) = facts.node_name()
+        && reads(Rule::reads_machines)
+    {
+        machines = crate::inventory::machines_for(&ctx.machines, node);
+        if machines.is_empty() {
+            let behind = !ctx
+                .live_machines
+                .for_node(node, asked)
+                .await
+                .map_err(LookupError::Machines)?
+                .is_empty();
+            ctx.metrics.machine_cache_miss(behind);
+            if behind {
+                return Ok(None);
+            }
+        }
+    }
     // The reads that may go to the API server (the live Node, a SubjectAccessReview, the
     // attestation store) depend on nothing but the CSR, so they are sent together: one round
     // trip instead of up to three. Each runs to its end even when another fails (the
@@ -555,6 +591,7 @@ async fn lookup(
     };
     let (node, sar, attestation) = futures::join!(node, sar, attestation);
     let (node, sar, attestation) = (node?, sar?, attestation?);
+    context.machines = machines;
     context.node = node;
     if let Some(sar) = sar {
         context.sar = sar;
@@ -575,12 +612,7 @@ async fn lookup(
             context.older_pending_for_name = older_pending_for_name(csr, facts, policy, ctx);
         }
     }
-    if let Some(node) = facts.node_name()
-        && policy.rules.iter().any(Rule::reads_machines)
-    {
-        context.machines = crate::inventory::machines_for(&ctx.machines, node);
-    }
-    Ok(context)
+    Ok(Some(context))
 }
 
 /// `(creationTimestamp, name)`: the order CSRs were asked in (names break ties).

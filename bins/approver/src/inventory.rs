@@ -1,14 +1,16 @@
 //! The approver's other caches: Machines (Cluster API, OpenShift) for machine rules, and
-//! NodeAuthPolicy objects for `--policy-crd`. Reflectors, never per-CSR GETs.
+//! NodeAuthPolicy objects for `--policy-crd`. Reflectors, never per-CSR GETs; the one read
+//! beside them is [`LiveMachines`], for a node the Machine cache has nothing on yet.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ApiResource};
+use kube::api::{Api, ApiResource, ListParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -24,6 +26,8 @@ type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub struct Inventory {
     /// One store per configured Machine API, with its kind.
     pub machines: Vec<(MachineKind, Store<DynamicObject>)>,
+    /// The same Machines, read from the API server itself (see [`LiveMachines`]).
+    pub live_machines: Arc<LiveMachines>,
     stores: Vec<Store<DynamicObject>>,
     drivers: Vec<Driver>,
 }
@@ -46,15 +50,10 @@ fn reflect(
     scope: Option<&ClusterScope>,
     mut on_change: impl FnMut(&Store<DynamicObject>) + Send + 'static,
 ) -> (Store<DynamicObject>, Driver) {
-    let (api, config) = match scope {
-        None => (
-            Api::<DynamicObject>::all_with(client.clone(), resource),
-            watcher::Config::default(),
-        ),
-        Some(scope) => (
-            Api::namespaced_with(client.clone(), &scope.namespace, resource),
-            watcher::Config::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", scope.cluster)),
-        ),
+    let (api, selector) = scoped(client, resource, scope);
+    let config = match &selector {
+        None => watcher::Config::default(),
+        Some(selector) => watcher::Config::default().labels(selector),
     };
     let writer = reflector::store::Writer::new(resource.clone());
     let store = writer.as_reader();
@@ -73,6 +72,21 @@ fn reflect(
             async {}
         });
     (store, Box::pin(driver))
+}
+
+/// Where `resource`'s objects in `scope` are, and the label selector that picks them.
+fn scoped(
+    client: &kube::Client,
+    resource: &ApiResource,
+    scope: Option<&ClusterScope>,
+) -> (Api<DynamicObject>, Option<String>) {
+    match scope {
+        None => (Api::all_with(client.clone(), resource), None),
+        Some(scope) => (
+            Api::namespaced_with(client.clone(), &scope.namespace, resource),
+            Some(format!("{CLUSTER_NAME_LABEL}={}", scope.cluster)),
+        ),
+    }
 }
 
 /// The Machines of one workload cluster, as a management cluster holds them: in the Cluster's
@@ -101,32 +115,36 @@ impl Inventory {
     ) -> Self {
         let mut inv = Inventory {
             machines: Vec::new(),
+            live_machines: Arc::default(),
             stores: Vec::new(),
             drivers: Vec::new(),
         };
+        let mut live = Vec::new();
         for kind in machine_kinds {
             let (kind, group) = match kind.as_str() {
                 "capi" => (MachineKind::ClusterApi, "cluster.x-k8s.io"),
                 _ => (MachineKind::OpenShift, "machine.openshift.io"),
             };
             let cached = cached_machines.clone();
-            let (store, driver) = reflect(
-                client,
-                &resource(group, "v1beta1", "Machine", "machines"),
-                scope,
-                move |store| {
-                    if let Some(cached) = &cached {
-                        let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
-                        cached
-                            .get_or_create(&crate::metrics::ApiLabels { api: group })
-                            .set(count);
-                    }
-                },
-            );
+            let machines = resource(group, "v1beta1", "Machine", "machines");
+            let (api, selector) = scoped(client, &machines, scope);
+            live.push((kind, api, selector));
+            let (store, driver) = reflect(client, &machines, scope, move |store| {
+                if let Some(cached) = &cached {
+                    let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
+                    cached
+                        .get_or_create(&crate::metrics::ApiLabels { api: group })
+                        .set(count);
+                }
+            });
             inv.machines.push((kind, store.clone()));
             inv.stores.push(store);
             inv.drivers.push(driver);
         }
+        inv.live_machines = Arc::new(LiveMachines {
+            sources: live,
+            last: Coalesced::default(),
+        });
         if let Some(policies) = policies {
             let resource = resource(
                 "nodeauth.io",
@@ -226,4 +244,206 @@ pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<Machi
             })
         })
         .collect()
+}
+
+/// The Machines as kube-apiserver has them now, for a node the Machine cache has no Machine
+/// for: the cache may be a moment behind a Machine created just before the node's CSR (a
+/// watch event still on its way), and a denial is final.
+///
+/// Trust: the read is a consistent LIST begun after the CSR was seen, so it holds every Machine
+/// created before the CSR, and none created after the read. A CSR made ahead of its Machine is
+/// still denied unless the Machine appears within that one round trip, the window a cache
+/// already had. A longer wait would let a token holder queue CSRs for predictable names and
+/// have them approved when the Machines appear.
+///
+/// Cost: one LIST of the scope's Machines per miss, and never more than one at a time: misses
+/// that arrive while a read is in flight share the next read (one begun after they arrived), so
+/// a flood of requests for names that have no Machine makes LISTs back to back, not in parallel.
+#[derive(Default)]
+pub struct LiveMachines {
+    sources: Vec<(MachineKind, Api<DynamicObject>, Option<String>)>,
+    last: Coalesced<Arc<Vec<MachineFacts>>>,
+}
+
+/// How long one live read of the Machines may take before the CSR is retried later.
+const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A live read of the Machines that failed; the CSR is looked at again later (never denied for
+/// it).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveReadError {
+    #[error("listing {api} Machines: {source}")]
+    List {
+        api: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("listing Machines took longer than {0:?}")]
+    Timeout(Duration),
+}
+
+impl LiveMachines {
+    /// The Machines that belong to `node`, from a read begun at or after `asked`.
+    pub async fn for_node(
+        &self,
+        node: &str,
+        asked: Instant,
+    ) -> Result<Vec<MachineFacts>, LiveReadError> {
+        let all = self
+            .last
+            .get_since(asked, || async {
+                tokio::time::timeout(LIVE_READ_TIMEOUT, self.list())
+                    .await
+                    .map_err(|_| LiveReadError::Timeout(LIVE_READ_TIMEOUT))?
+                    .map(Arc::new)
+            })
+            .await?;
+        Ok(all
+            .iter()
+            .filter(|m| m.matches_node(node))
+            .cloned()
+            .collect())
+    }
+
+    async fn list(&self) -> Result<Vec<MachineFacts>, LiveReadError> {
+        let mut out = Vec::new();
+        for (kind, api, selector) in &self.sources {
+            // No resourceVersion: a consistent read, as new as kube-apiserver's storage.
+            let params = match selector {
+                None => ListParams::default(),
+                Some(selector) => ListParams::default().labels(selector),
+            };
+            let list = api
+                .list(&params)
+                .await
+                .map_err(|source| LiveReadError::List {
+                    api: kind.api_group(),
+                    source,
+                })?;
+            out.extend(list.items.iter().filter_map(|m| {
+                serde_json::to_value(m)
+                    .ok()
+                    .and_then(|v| machine_facts(*kind, &v))
+            }));
+        }
+        Ok(out)
+    }
+}
+
+/// One read at a time, shared: a caller gets the result of a read begun at or after the
+/// instant it names, and starts one only if there is none. Failed reads are not kept.
+pub struct Coalesced<T> {
+    last: tokio::sync::Mutex<Option<(Instant, T)>>,
+}
+
+impl<T> Default for Coalesced<T> {
+    fn default() -> Self {
+        Self {
+            last: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl<T: Clone> Coalesced<T> {
+    /// The newest read's result if it began at or after `since`, else `read`'s (begun now).
+    pub async fn get_since<E, F, Fut>(&self, since: Instant, read: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let mut last = self.last.lock().await;
+        if let Some((began, value)) = last.as_ref()
+            && *began >= since
+        {
+            return Ok(value.clone());
+        }
+        let began = Instant::now();
+        let value = read().await?;
+        *last = Some((began, value.clone()));
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn callers_waiting_on_one_read_share_the_next_and_never_an_older_one() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let coalesced = Arc::new(Coalesced::<usize>::default());
+        // Read 1 tells when it has begun and ends when told to.
+        let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (c, r) = (coalesced.clone(), reads.clone());
+            let asked = Instant::now();
+            tokio::spawn(async move {
+                c.get_since(asked, || async move {
+                    begun_tx.send(()).unwrap();
+                    end_rx.await.unwrap();
+                    Ok::<_, ()>(r.fetch_add(1, Ordering::SeqCst) + 1)
+                })
+                .await
+            })
+        };
+        begun_rx.await.unwrap();
+        // Ten callers that ask while read 1 is in flight share read 2.
+        let read = |reads: Arc<AtomicUsize>| async move {
+            Ok::<_, ()>(reads.fetch_add(1, Ordering::SeqCst) + 1)
+        };
+        let mut later = Vec::new();
+        for _ in 0..10 {
+            let (c, r) = (coalesced.clone(), reads.clone());
+            let asked = Instant::now();
+            later.push(tokio::spawn(
+                async move { c.get_since(asked, || read(r)).await },
+            ));
+        }
+        end_tx.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), Ok(1));
+        for l in later {
+            assert_eq!(
+                l.await.unwrap(),
+                Ok(2),
+                "a read begun before the caller asked"
+            );
+        }
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // A caller after both reads gets a new one; a caller asking as of an earlier instant
+        // takes the newest read as it is.
+        let before = Instant::now();
+        let asked = loop {
+            let now = Instant::now();
+            if now > before {
+                break now;
+            }
+            tokio::task::yield_now().await;
+        };
+        assert_eq!(
+            coalesced.get_since(asked, || read(reads.clone())).await,
+            Ok(3)
+        );
+        assert_eq!(
+            coalesced.get_since(before, || read(reads.clone())).await,
+            Ok(3)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_is_not_kept() {
+        let coalesced = Coalesced::<u8>::default();
+        let asked = Instant::now();
+        assert_eq!(
+            coalesced.get_since(asked, || async { Err("down") }).await,
+            Err("down")
+        );
+        assert_eq!(
+            coalesced
+                .get_since(asked, || async { Ok::<_, &str>(7) })
+                .await,
+            Ok(7)
+        );
+    }
 }

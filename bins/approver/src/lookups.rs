@@ -31,6 +31,8 @@ pub enum LookupError {
     Reservation(#[source] kube::Error),
     #[error("reading the Node: {0}")]
     Node(#[source] kube::Error),
+    #[error("reading the Machines from the API server (the cache had none for the node): {0}")]
+    Machines(#[source] crate::inventory::LiveReadError),
 }
 
 #[derive(Debug, thiserror::Error)]

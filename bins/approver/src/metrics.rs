@@ -59,6 +59,12 @@ pub struct SarLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FoundLabels {
+    pub cluster: String,
+    pub found: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SignerLabels {
     pub signer: String,
 }
@@ -98,6 +104,11 @@ pub struct Metrics {
     /// `step="early"` (together with the CSR's lookups) or `"after"` (after its decision), and
     /// given up, `step="released"` (its CSR was denied).
     pub reservations: Family<ReservationLabels, Counter>,
+    /// `nodeauth_approver_machine_cache_misses_total{found}`: lookups the Machine cache had no
+    /// Machine for, so kube-apiserver was asked; `found="true"` if it had one (the cache was
+    /// behind: the CSR is looked at again, `left_alone{reason="waiting_for_machine_cache"}`),
+    /// `"false"` if not.
+    pub machine_cache_misses: Family<FoundLabels, Counter>,
     /// The `cluster` label of this view's samples: the workload cluster (`namespace/name`) in
     /// management-cluster mode, empty for the cluster the approver runs in.
     pub cluster: String,
@@ -132,6 +143,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one Machine-cache miss (see [`Metrics::machine_cache_misses`]).
+    pub fn machine_cache_miss(&self, found: bool) {
+        self.machine_cache_misses
+            .get_or_create(&FoundLabels {
+                cluster: self.cluster.clone(),
+                found: if found { "true" } else { "false" },
+            })
+            .inc();
+    }
+
     /// Counts one SubjectAccessReview answer the policy read (`from_cache`: remembered).
     pub fn sar_asked(&self, from_cache: bool) {
         self.sars
@@ -153,8 +174,14 @@ impl Metrics {
             cached_machines: Family::default(),
             sars: Family::default(),
             reservations: Family::default(),
+            machine_cache_misses: Family::default(),
             cluster: String::new(),
         };
+        registry.register(
+            "nodeauth_approver_machine_cache_misses",
+            "Lookups the Machine cache had no Machine for, so kube-apiserver was asked, by whether it had one (found=true: the cache was behind)",
+            m.machine_cache_misses.clone(),
+        );
         registry.register(
             "nodeauth_approver_name_reservations",
             "Node-name reservations asked for (step early: with the CSR's lookups; after: after its decision) and released after a denial",
@@ -172,7 +199,7 @@ impl Metrics {
         );
         registry.register(
             "nodeauth_approver_left_alone",
-            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node, waiting_for_name_holder, gone, policy_changed, not_leading)",
+            "Looks at CSRs that wrote nothing, by reason (no_policy, abstained, held_older_pending, waiting_for_node, waiting_for_name_holder, waiting_for_machine_cache, gone, policy_changed, not_leading)",
             m.left_alone.clone(),
         );
         registry.register(

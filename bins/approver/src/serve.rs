@@ -199,6 +199,7 @@ pub async fn run(common: Common, target: Target, stop: CancellationToken) {
         nodes: nodes.clone(),
         csr_store: controller.store(),
         machines: inventory.machines.clone(),
+        live_machines: inventory.live_machines.clone(),
         policies: common.policies.clone(),
         leader: leader.clone(),
         dry_run: common.dry_run,

@@ -25,6 +25,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::runtime::wait::await_condition;
 use nodeauth_csr::{CsrBuilder, CsrSigningKey};
 use nodeauth_testenv::capi::{self, Registration};
+use nodeauth_testenv::proxy::{Proxy, ProxyMode};
 use nodeauth_testenv::{ControlPlane, Credential, KubeletOptions, unique_name};
 
 /// One test at a time: they share the workload clusters' CSRs.
@@ -84,10 +85,21 @@ async fn start_management(
     namespace: &str,
     extra: &[String],
 ) -> Approver {
+    start_management_via(None, program, service_account, namespace, extra).await
+}
+
+/// [`start_management`], talking to the management cluster at `server` (a proxy) if given.
+async fn start_management_via(
+    server: Option<&str>,
+    program: &Path,
+    service_account: &str,
+    namespace: &str,
+    extra: &[String],
+) -> Approver {
     let mut args = vec!["--workload-clusters".to_owned()];
     args.extend_from_slice(extra);
     Approver(
-        cp().start_management_controller(program, service_account, namespace, &args)
+        cp().start_management_controller_via(server, program, service_account, namespace, &args)
             .await
             .unwrap(),
     )
@@ -626,6 +638,83 @@ async fn two_replicas_each_share_three_clusters_and_take_over_when_the_others_di
         took_over < Duration::from_secs(11),
         "the survivor took the clusters over after {took_over:?}"
     );
+}
+
+/// The Machine cache can be a moment behind a Machine made just before its node's CSR (the
+/// flake this test pins down: the failover test's "after" nodes were denied "no Machine
+/// matches" under load). A miss is read again from kube-apiserver before anything is denied,
+/// and a Machine found there is waited for in the cache.
+#[tokio::test]
+async fn a_machine_made_just_before_its_csr_is_found_when_the_cache_is_behind() {
+    let _turn = TURN.lock().await;
+    let plane = capi::workload(0).unwrap();
+    let namespace = unique_name("fleet");
+    let cluster = unique_name("a");
+    register(plane, &namespace, &cluster).await;
+    // The approver reads the management cluster through a proxy; it reaches the workload
+    // cluster (its CSRs, and where it writes decisions) directly. Leases long enough to outlast
+    // slow round trips.
+    let proxy = Proxy::start(cp().server()).await.unwrap();
+    let args = [
+        format!("--policy={}", policy_file().display()),
+        "--leader-elect-lease-duration=60s".to_owned(),
+        "--leader-elect-renew-deadline=45s".to_owned(),
+    ];
+    let approver = start_management_via(
+        Some(&proxy.url()),
+        Path::new(env!("CARGO_BIN_EXE_approver")),
+        "nodeauth-approver-management",
+        &namespace,
+        &args,
+    )
+    .await;
+    approver
+        .wait_metric("nodeauth_approver_workload_clusters_led", 1.0)
+        .await;
+    let client = bootstrap_client(plane).await;
+    let misses = |found: &str| {
+        approver
+            .0
+            .metric(
+                "nodeauth_approver_machine_cache_misses_total",
+                &format!("found=\"{found}\""),
+            )
+            .unwrap()
+    };
+
+    // A first join: the cluster is served, its Machine cache synced.
+    approved_join(plane, &client, &namespace, &cluster, 30).await;
+    let found_before = misses("true");
+
+    // From now on every chunk between the approver and the management cluster arrives 1 s
+    // late, the new Machine's watch event included; the CSR reaches the approver at once.
+    proxy.set_mode(ProxyMode::Delay(Duration::from_secs(1)));
+    let node = machine_for(&namespace, &cluster, "late").await;
+    let csr = client_csr(&client, &node).await;
+    let (verdict, message) = decided(plane, &csr, 60).await;
+    assert_eq!(verdict, "Approved", "{message}");
+    // kube-apiserver had the Machine the cache had not (were the cache up to date, this
+    // would not count and the test would not show what it is for).
+    assert!(misses("true") >= found_before + 1.0);
+    // ... and the CSR was decided on a later look, from the cache (never from the read alone).
+    assert!(
+        approver
+            .0
+            .metric(
+                "nodeauth_approver_left_alone_total",
+                "reason=\"waiting_for_machine_cache\""
+            )
+            .unwrap()
+            >= 1.0
+    );
+
+    // A name no Machine has is still denied, after the same read.
+    let not_found_before = misses("false");
+    let nobody = client_csr(&client, &unique_name("nobody")).await;
+    let (verdict, message) = decided(plane, &nobody, 60).await;
+    assert_eq!(verdict, "Denied", "{message}");
+    assert!(message.contains("no Machine matches"), "{message}");
+    assert_eq!(misses("false"), not_found_before + 1.0);
 }
 
 #[tokio::test]

@@ -343,7 +343,25 @@ impl ControlPlane {
         namespace: &str,
         extra: &[String],
     ) -> Result<ManagementController, Error> {
-        let kubeconfig = self.deploy_rbac("management", service_account).await?;
+        self.start_management_controller_via(None, program, service_account, namespace, extra)
+            .await
+    }
+
+    /// [`ControlPlane::start_management_controller`], talking to this (the management) control
+    /// plane at `server` (a proxy in front of it, say) instead of directly; the workload
+    /// clusters it reaches as their kubeconfig Secrets say.
+    pub async fn start_management_controller_via(
+        &self,
+        server: Option<&str>,
+        program: &std::path::Path,
+        service_account: &str,
+        namespace: &str,
+        extra: &[String],
+    ) -> Result<ManagementController, Error> {
+        let mut kubeconfig = self.deploy_rbac("management", service_account).await?;
+        if let Some(server) = server {
+            kubeconfig = self.kubeconfig_via(&kubeconfig, server)?;
+        }
         let binding_file =
             crate::manifests::deploy_dir().join("management/cluster-namespace-rbac.yaml");
         let binding = std::fs::read_to_string(&binding_file)

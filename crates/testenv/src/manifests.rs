@@ -161,6 +161,23 @@ impl ControlPlane {
         )
     }
 
+    /// A copy of `kubeconfig` (one this control plane wrote) that talks to `server` (a
+    /// [`Proxy`](crate::proxy::Proxy) in front of kube-apiserver, say) instead of directly.
+    pub fn kubeconfig_via(&self, kubeconfig: &Path, server: &str) -> Result<PathBuf, Error> {
+        let yaml = std::fs::read_to_string(kubeconfig)
+            .map_err(|e| Error::io(format!("reading {}", kubeconfig.display()), e))?;
+        if !yaml.contains(self.server()) {
+            return Err(Error::Other(format!(
+                "{} does not name {}",
+                kubeconfig.display(),
+                self.server()
+            )));
+        }
+        let via = kubeconfig.with_extension("via.kubeconfig");
+        crate::pki::write_private(&via, yaml.replace(self.server(), server).as_bytes())?;
+        Ok(via)
+    }
+
     /// [`ControlPlane::deploy_rbac`], and a client acting as that ServiceAccount — to check
     /// what a controller may and may not do under its shipped RBAC.
     pub async fn deployed_client(

@@ -119,12 +119,7 @@ pub async fn start_approver_via(
         .await
         .expect("deploy RBAC");
     if let Some(server) = server {
-        let yaml = std::fs::read_to_string(&kubeconfig).unwrap();
-        assert!(yaml.contains(cp().server()), "{yaml}");
-        let via = kubeconfig.with_extension("via.kubeconfig");
-        nodeauth_testenv::pki::write_private(&via, yaml.replace(cp().server(), server).as_bytes())
-            .unwrap();
-        kubeconfig = via;
+        kubeconfig = cp().kubeconfig_via(&kubeconfig, server).unwrap();
     }
     let metrics_port = manifests::free_port().unwrap();
     let health_port = manifests::free_port().unwrap();
