@@ -63,6 +63,14 @@ pub struct Ctx {
     pub sar_cache: Arc<nodeauth_k8s::access::AllowedCache>,
 }
 
+impl Ctx {
+    /// Whether the `tpm` provider's EK pins include Machine annotations (it is configured,
+    /// and there is a Machine inventory to read them from).
+    fn pins_from_machines(&self) -> bool {
+        self.attestation.pins.is_some() && !self.machines.is_empty()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("CSR {name}: {source}")]
@@ -509,6 +517,15 @@ fn san_holders(facts: &CsrFacts, node: Option<&str>, ctx: &Ctx) -> Vec<SanHolder
     holders
 }
 
+/// Whether a look must read the node's Machines: a rule reads them, or a rule reads
+/// attestation and the `tpm` provider's EK pins come from Machine annotations
+/// (`pins_from_machines`).
+fn machines_needed(policy: &Policy, pins_from_machines: bool) -> bool {
+    policy.rules.iter().any(|r| {
+        r.reads_machines() || (pins_from_machines && matches!(r, Rule::Attestation { .. }))
+    })
+}
+
 /// What the policy's rules read about `csr`; `None` when the Machine cache is behind (look
 /// again soon).
 async fn lookup(
@@ -528,10 +545,11 @@ async fn lookup(
     // asked (see `LiveMachines`): none there either, and the rules fail on none; one there,
     // and the cache is behind, so this look ends here and the CSR is looked at again once the
     // cache may have it (deciding on the read's Machine would pair it with pins read from the
-    // cache without it).
+    // cache without it; and pins read from a cache without the node's Machine would let any
+    // EK the CAs vouch for claim a name its Machine pins).
     let mut machines = Vec::new();
     if let Some(node) = facts.node_name()
-        && reads(Rule::reads_machines)
+        && machines_needed(policy, ctx.pins_from_machines())
     {
         machines = crate::inventory::machines_for(&ctx.machines, node);
         if machines.is_empty() {
@@ -591,7 +609,9 @@ async fn lookup(
     };
     let (node, sar, attestation) = futures::join!(node, sar, attestation);
     let (node, sar, attestation) = (node?, sar?, attestation?);
-    context.machines = machines;
+    if reads(Rule::reads_machines) {
+        context.machines = machines;
+    }
     context.node = node;
     if let Some(sar) = sar {
         context.sar = sar;
@@ -874,4 +894,30 @@ pub fn error_policy(csr: Arc<CertificateSigningRequest>, err: &Error, ctx: Arc<C
     let delay = ctx.failures.failed(&name);
     tracing::warn!(csr = %name, error = %err, retry_in = ?delay, "will retry");
     Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(rules: &str) -> Policy {
+        Policy::from_yaml(&format!(
+            "name: p\nsigners: [kubernetes.io/kube-apiserver-client-kubelet]\n\
+             requesters:\n  usernamePrefixes: ['system:bootstrap:']\nrules:\n{rules}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn machines_are_read_for_machine_rules_and_for_pins_from_machines() {
+        let machine_rule = policy("  - rule: machineMustExist\n");
+        let attestation = policy("  - rule: attestation\n    required: true\n");
+        let neither = policy("  - rule: nodeMustNotExist\n");
+        assert!(machines_needed(&machine_rule, false));
+        assert!(machines_needed(&machine_rule, true));
+        // Attestation reads the Machines only where EK pins come from them.
+        assert!(!machines_needed(&attestation, false));
+        assert!(machines_needed(&attestation, true));
+        assert!(!machines_needed(&neither, true));
+    }
 }
