@@ -143,7 +143,7 @@ impl Inventory {
         }
         inv.live_machines = Arc::new(LiveMachines {
             sources: live,
-            last: Coalesced::default(),
+            last: Coalesced::new(LIVE_READ_GAP),
         });
         if let Some(policies) = policies {
             let resource = resource(
@@ -256,9 +256,10 @@ pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<Machi
 /// already had. A longer wait would let a token holder queue CSRs for predictable names and
 /// have them approved when the Machines appear.
 ///
-/// Cost: one LIST of the scope's Machines per miss, and never more than one at a time: misses
-/// that arrive while a read is in flight share the next read (one begun after they arrived), so
-/// a flood of requests for names that have no Machine makes LISTs back to back, not in parallel.
+/// Cost: one LIST of the scope's Machines per miss, never more than one at a time, and at
+/// most one per [`LIVE_READ_GAP`]: misses that arrive meanwhile share the next read (one begun
+/// after they arrived), so a flood of requests for names that have no Machine costs
+/// kube-apiserver at most 5 LISTs a second, and each miss up to 200 ms more.
 #[derive(Default)]
 pub struct LiveMachines {
     sources: Vec<(MachineKind, Api<DynamicObject>, Option<String>)>,
@@ -267,6 +268,9 @@ pub struct LiveMachines {
 
 /// How long one live read of the Machines may take before the CSR is retried later.
 const LIVE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The least time between two live reads' starts: at most 5 LISTs a second, however many
+/// requests for names without a Machine arrive.
+const LIVE_READ_GAP: Duration = Duration::from_millis(200);
 
 /// A live read of the Machines that failed; the CSR is looked at again later (never denied for
 /// it).
@@ -331,35 +335,59 @@ impl LiveMachines {
 }
 
 /// One read at a time, shared: a caller gets the result of a read begun at or after the
-/// instant it names, and starts one only if there is none. Failed reads are not kept.
+/// instant it names, and starts one only if there is none. Reads begin at least `min_gap`
+/// apart (a caller waits for the gap), so however many callers come, reads are at most one
+/// per `min_gap`. Failed reads are not kept (their start still counts for the gap).
 pub struct Coalesced<T> {
-    last: tokio::sync::Mutex<Option<(Instant, T)>>,
+    state: tokio::sync::Mutex<ReadState<T>>,
+    min_gap: Duration,
 }
 
-impl<T> Default for Coalesced<T> {
+struct ReadState<T> {
+    /// The newest successful read: when it began, and what it gave.
+    value: Option<(Instant, T)>,
+    /// When the newest read, successful or not, began.
+    began: Option<Instant>,
+}
+
+impl<T: Clone> Default for Coalesced<T> {
     fn default() -> Self {
-        Self {
-            last: tokio::sync::Mutex::new(None),
-        }
+        Self::new(Duration::ZERO)
     }
 }
 
 impl<T: Clone> Coalesced<T> {
-    /// The newest read's result if it began at or after `since`, else `read`'s (begun now).
+    /// Reads at least `min_gap` apart.
+    pub fn new(min_gap: Duration) -> Self {
+        Self {
+            state: tokio::sync::Mutex::new(ReadState {
+                value: None,
+                began: None,
+            }),
+            min_gap,
+        }
+    }
+
+    /// The newest read's result if it began at or after `since`, else `read`'s (begun now, or
+    /// once `min_gap` has passed since the last read began).
     pub async fn get_since<E, F, Fut>(&self, since: Instant, read: F) -> Result<T, E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut last = self.last.lock().await;
-        if let Some((began, value)) = last.as_ref()
+        let mut state = self.state.lock().await;
+        if let Some((began, value)) = state.value.as_ref()
             && *began >= since
         {
             return Ok(value.clone());
         }
+        if let Some(previous) = state.began {
+            tokio::time::sleep_until((previous + self.min_gap).into()).await;
+        }
         let began = Instant::now();
+        state.began = Some(began);
         let value = read().await?;
-        *last = Some((began, value.clone()));
+        state.value = Some((began, value.clone()));
         Ok(value)
     }
 }
@@ -428,6 +456,28 @@ mod tests {
         assert_eq!(
             coalesced.get_since(before, || read(reads.clone())).await,
             Ok(3)
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_begin_at_least_the_gap_apart_even_after_a_failure() {
+        let gap = Duration::from_millis(50);
+        let coalesced = Coalesced::<Instant>::new(gap);
+        let now = || async { Ok::<_, ()>(Instant::now()) };
+        let first = coalesced.get_since(Instant::now(), now).await.unwrap();
+        let second = coalesced.get_since(Instant::now(), now).await.unwrap();
+        assert!(second >= first + gap, "{:?} apart", second - first);
+        let failed_at = Instant::now();
+        let failed = coalesced
+            .get_since(Instant::now(), || async { Err::<Instant, _>(()) })
+            .await;
+        assert_eq!(failed, Err(()));
+        assert!(failed_at >= second);
+        let third = coalesced.get_since(Instant::now(), now).await.unwrap();
+        assert!(
+            third >= second + gap * 2,
+            "{:?} after the second",
+            third - second
         );
     }
 
