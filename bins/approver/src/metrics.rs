@@ -89,7 +89,8 @@ pub struct Metrics {
     /// `waiting_for_node` (its Node is not known yet), `policy_changed` (the policy set was
     /// replaced while deciding: decided again with the new one), `not_leading` (the lease ran
     /// out while deciding: the replica that took over decides), `waiting_for_name_holder` (the
-    /// name is reserved by a CSR not yet decided), `gone` (the CSR was deleted before its
+    /// name is reserved by a CSR not yet decided), `waiting_for_machine_cache` (kube-apiserver
+    /// has the node's Machine, the cache not yet), `gone` (the CSR was deleted before its
     /// decision was written: not counted in `decisions`). The label is never the signer: anyone
     /// who may create CSRs picks signer names, and must not grow this family.
     pub left_alone: Family<ReasonLabels, Counter>,
