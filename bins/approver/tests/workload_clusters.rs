@@ -198,6 +198,16 @@ async fn machine_for(namespace: &str, cluster: &str, prefix: &str) -> String {
     node
 }
 
+/// The first workload control plane, registered as a new Cluster in a new namespace:
+/// (plane, namespace, cluster name).
+async fn one_cluster() -> (&'static ControlPlane, String, String) {
+    let plane = capi::workload(0).unwrap();
+    let namespace = unique_name("fleet");
+    let cluster = unique_name("a");
+    register(plane, &namespace, &cluster).await;
+    (plane, namespace, cluster)
+}
+
 /// A node of `cluster` joins `plane` with `client`'s token and is approved within `secs`; its CSR.
 async fn approved_join(
     plane: &ControlPlane,
@@ -647,10 +657,7 @@ async fn two_replicas_each_share_three_clusters_and_take_over_when_the_others_di
 #[tokio::test]
 async fn a_machine_made_just_before_its_csr_is_found_when_the_cache_is_behind() {
     let _turn = TURN.lock().await;
-    let plane = capi::workload(0).unwrap();
-    let namespace = unique_name("fleet");
-    let cluster = unique_name("a");
-    register(plane, &namespace, &cluster).await;
+    let (plane, namespace, cluster) = one_cluster().await;
     // The approver reads the management cluster through a proxy; it reaches the workload
     // cluster (its CSRs, and where it writes decisions) directly. Leases long enough to outlast
     // slow round trips.
@@ -720,10 +727,7 @@ async fn a_machine_made_just_before_its_csr_is_found_when_the_cache_is_behind() 
 #[tokio::test]
 async fn an_impostor_for_a_registered_node_is_denied_in_its_workload_cluster() {
     let _turn = TURN.lock().await;
-    let plane = capi::workload(0).unwrap();
-    let namespace = unique_name("fleet");
-    let cluster = unique_name("a");
-    register(plane, &namespace, &cluster).await;
+    let (plane, namespace, cluster) = one_cluster().await;
     // The victim: a node of this cluster, with its Machine, registered.
     let victim = unique_name("victim");
     cp().create_capi_machine(&namespace, &cluster, &unique_name("m"), &victim)
@@ -753,10 +757,7 @@ async fn an_impostor_for_a_registered_node_is_denied_in_its_workload_cluster() {
 #[tokio::test]
 async fn a_changed_kubeconfig_secret_is_picked_up_without_a_restart() {
     let _turn = TURN.lock().await;
-    let plane = capi::workload(0).unwrap();
-    let namespace = unique_name("fleet");
-    let cluster = unique_name("a");
-    register(plane, &namespace, &cluster).await;
+    let (plane, namespace, cluster) = one_cluster().await;
     let approver = start_approver(&namespace).await;
     approver
         .wait_metric("nodeauth_approver_workload_tasks", 1.0)
@@ -805,10 +806,7 @@ async fn a_changed_kubeconfig_secret_is_picked_up_without_a_restart() {
 #[tokio::test]
 async fn a_replaced_cluster_ca_secret_signs_the_next_certificate() {
     let _turn = TURN.lock().await;
-    let plane = capi::workload(0).unwrap();
-    let namespace = unique_name("fleet");
-    let cluster = unique_name("a");
-    register(plane, &namespace, &cluster).await;
+    let (plane, namespace, cluster) = one_cluster().await;
     let _approver = start_approver(&namespace).await;
     let signer = start_signer(&namespace).await;
     let join = || async {
