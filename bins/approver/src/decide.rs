@@ -350,6 +350,14 @@ fn early_reservation<'f>(
     if ctx.reservations.cached(node).is_some() {
         return None;
     }
+    // A request whose Machine the cache does not have cannot be decided on this look (see
+    // `lookup`): it reserves once it can be, so a request parked on a lagging cache, then
+    // deleted, leaves no reservation behind.
+    if machines_needed(policy, ctx.pins_from_machines())
+        && crate::inventory::machines_for(&ctx.machines, node).is_empty()
+    {
+        return None;
+    }
     // Any other pending request for the name, whatever its policy or requester: reserving now
     // could make it wait on this one, so only a name's sole request reserves early. (Requests
     // that will be denied reserve only while no other request for the name is known, so they
@@ -561,6 +569,15 @@ async fn lookup(
                 .is_empty();
             ctx.metrics.machine_cache_miss(behind);
             if behind {
+                // A cache this far behind is a broken watch, not a lag: retried with backoff
+                // and a warning from here on, never decided on the LIST.
+                let waited = now.duration_since(facts.created_at).as_secs_f64();
+                if waited > ctx.node_wait.as_secs_f64() {
+                    return Err(LookupError::MachineCacheBehind {
+                        node: node.to_owned(),
+                        waited: Duration::from_secs_f64(waited.max(0.0)),
+                    });
+                }
                 return Ok(None);
             }
         }

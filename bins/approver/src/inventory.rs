@@ -251,19 +251,24 @@ pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<Machi
 /// watch event still on its way), and a denial is final.
 ///
 /// Trust: the read is a consistent LIST begun after the CSR was seen, so it holds every Machine
-/// created before the CSR, and none created after the read. A CSR made ahead of its Machine is
-/// still denied unless the Machine appears within that one round trip, the window a cache
-/// already had. A longer wait would let a token holder queue CSRs for predictable names and
-/// have them approved when the Machines appear.
+/// created before the CSR, and none created after the read. A Machine found this way only
+/// makes the approver wait for its cache (the decision is the cache's); a Machine not found
+/// fails the machine rules. So a CSR made ahead of its Machine is approved only if the Machine
+/// exists by the time the approver first looks at the CSR (or, after a failed read, looks
+/// again): the window a cache alone had, from the CSR's creation to its look, which a queue
+/// backlog or a failover widens. There is no wait for a Machine to appear, which would let a
+/// token holder queue CSRs for predictable names and have them approved when the Machines
+/// came.
 ///
 /// Cost: one LIST of the scope's Machines per miss, never more than one at a time, and at
-/// most one per [`LIVE_READ_GAP`]: misses that arrive meanwhile share the next read (one begun
-/// after they arrived), so a flood of requests for names that have no Machine costs
-/// kube-apiserver at most 5 LISTs a second, and each miss up to 200 ms more.
+/// most one per [`LIVE_READ_GAP`] per inventory (one per workload cluster in management mode):
+/// misses that arrive meanwhile share the next read (one begun after they arrived), so a flood
+/// of requests for names that have no Machine costs kube-apiserver at most 5 LISTs a second
+/// per inventory, and each miss one round trip and up to 200 ms more.
 #[derive(Default)]
 pub struct LiveMachines {
     sources: Vec<(MachineKind, Api<DynamicObject>, Option<String>)>,
-    last: Coalesced<Arc<Vec<MachineFacts>>>,
+    last: Coalesced<Arc<Vec<MachineFacts>>, LiveReadError>,
 }
 
 /// How long one live read of the Machines may take before the CSR is retried later.
@@ -274,14 +279,11 @@ const LIVE_READ_GAP: Duration = Duration::from_millis(200);
 
 /// A live read of the Machines that failed; the CSR is looked at again later (never denied for
 /// it).
-#[derive(Debug, thiserror::Error)]
+/// (Cloned to every lookup that shared the read, hence the message rather than the source.)
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum LiveReadError {
-    #[error("listing {api} Machines: {source}")]
-    List {
-        api: &'static str,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("listing {api} Machines: {message}")]
+    List { api: &'static str, message: String },
     #[error("listing Machines took longer than {0:?}")]
     Timeout(Duration),
 }
@@ -317,13 +319,10 @@ impl LiveMachines {
                 None => ListParams::default(),
                 Some(selector) => ListParams::default().labels(selector),
             };
-            let list = api
-                .list(&params)
-                .await
-                .map_err(|source| LiveReadError::List {
-                    api: kind.api_group(),
-                    source,
-                })?;
+            let list = api.list(&params).await.map_err(|e| LiveReadError::List {
+                api: kind.api_group(),
+                message: e.to_string(),
+            })?;
             out.extend(list.items.iter().filter_map(|m| {
                 serde_json::to_value(m)
                     .ok()
@@ -334,61 +333,69 @@ impl LiveMachines {
     }
 }
 
-/// One read at a time, shared: a caller gets the result of a read begun at or after the
-/// instant it names, and starts one only if there is none. Reads begin at least `min_gap`
-/// apart (a caller waits for the gap), so however many callers come, reads are at most one
-/// per `min_gap`. Failed reads are not kept (their start still counts for the gap).
-pub struct Coalesced<T> {
-    state: tokio::sync::Mutex<ReadState<T>>,
+/// One read at a time, shared: a caller gets the outcome of a read begun at or after the
+/// instant it names (a failure too: callers queued behind a failed read fail with it rather
+/// than each trying again in turn), and starts one only if there is none. Reads begin at
+/// least `min_gap` apart (a caller waits for the gap), so however many callers come, reads are
+/// at most one per `min_gap`.
+pub struct Coalesced<T, E> {
+    /// The newest outcome and when its read began (read without waiting for a read in flight).
+    newest: std::sync::Mutex<Option<(Instant, Result<T, E>)>>,
+    /// Held while reading; holds when the newest read began.
+    reading: tokio::sync::Mutex<Option<Instant>>,
     min_gap: Duration,
 }
 
-struct ReadState<T> {
-    /// The newest successful read: when it began, and what it gave.
-    value: Option<(Instant, T)>,
-    /// When the newest read, successful or not, began.
-    began: Option<Instant>,
-}
-
-impl<T: Clone> Default for Coalesced<T> {
+impl<T: Clone, E: Clone> Default for Coalesced<T, E> {
     fn default() -> Self {
         Self::new(Duration::ZERO)
     }
 }
 
-impl<T: Clone> Coalesced<T> {
+impl<T: Clone, E: Clone> Coalesced<T, E> {
     /// Reads at least `min_gap` apart.
     pub fn new(min_gap: Duration) -> Self {
         Self {
-            state: tokio::sync::Mutex::new(ReadState {
-                value: None,
-                began: None,
-            }),
+            newest: std::sync::Mutex::new(None),
+            reading: tokio::sync::Mutex::new(None),
             min_gap,
         }
     }
 
-    /// The newest read's result if it began at or after `since`, else `read`'s (begun now, or
+    /// The newest outcome, if its read began at or after `since`.
+    fn newest_since(&self, since: Instant) -> Option<Result<T, E>> {
+        let newest = self.newest.lock().ok()?;
+        match newest.as_ref() {
+            Some((began, outcome)) if *began >= since => Some(outcome.clone()),
+            _ => None,
+        }
+    }
+
+    /// The newest read's outcome if it began at or after `since`, else `read`'s (begun now, or
     /// once `min_gap` has passed since the last read began).
-    pub async fn get_since<E, F, Fut>(&self, since: Instant, read: F) -> Result<T, E>
+    pub async fn get_since<F, Fut>(&self, since: Instant, read: F) -> Result<T, E>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let mut state = self.state.lock().await;
-        if let Some((began, value)) = state.value.as_ref()
-            && *began >= since
-        {
-            return Ok(value.clone());
+        if let Some(outcome) = self.newest_since(since) {
+            return outcome;
         }
-        if let Some(previous) = state.began {
+        let mut last_began = self.reading.lock().await;
+        // A read that ended while this caller waited may do.
+        if let Some(outcome) = self.newest_since(since) {
+            return outcome;
+        }
+        if let Some(previous) = *last_began {
             tokio::time::sleep_until((previous + self.min_gap).into()).await;
         }
         let began = Instant::now();
-        state.began = Some(began);
-        let value = read().await?;
-        state.value = Some((began, value.clone()));
-        Ok(value)
+        *last_began = Some(began);
+        let outcome = read().await;
+        if let Ok(mut newest) = self.newest.lock() {
+            *newest = Some((began, outcome.clone()));
+        }
+        outcome
     }
 }
 
@@ -400,7 +407,7 @@ mod tests {
     #[tokio::test]
     async fn callers_waiting_on_one_read_share_the_next_and_never_an_older_one() {
         let reads = Arc::new(AtomicUsize::new(0));
-        let coalesced = Arc::new(Coalesced::<usize>::default());
+        let coalesced = Arc::new(Coalesced::<usize, ()>::default());
         // Read 1 tells when it has begun and ends when told to.
         let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
         let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
@@ -462,17 +469,15 @@ mod tests {
     #[tokio::test]
     async fn reads_begin_at_least_the_gap_apart_even_after_a_failure() {
         let gap = Duration::from_millis(50);
-        let coalesced = Coalesced::<Instant>::new(gap);
+        let coalesced = Coalesced::<Instant, ()>::new(gap);
         let now = || async { Ok::<_, ()>(Instant::now()) };
         let first = coalesced.get_since(Instant::now(), now).await.unwrap();
         let second = coalesced.get_since(Instant::now(), now).await.unwrap();
         assert!(second >= first + gap, "{:?} apart", second - first);
-        let failed_at = Instant::now();
         let failed = coalesced
             .get_since(Instant::now(), || async { Err::<Instant, _>(()) })
             .await;
         assert_eq!(failed, Err(()));
-        assert!(failed_at >= second);
         let third = coalesced.get_since(Instant::now(), now).await.unwrap();
         assert!(
             third >= second + gap * 2,
@@ -482,18 +487,49 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_read_is_not_kept() {
-        let coalesced = Coalesced::<u8>::default();
+    async fn a_failure_is_shared_with_callers_queued_behind_it_and_read_again_after() {
+        let reads = Arc::new(AtomicUsize::new(0));
+        let coalesced = Arc::new(Coalesced::<u8, &str>::default());
+        // Read 1 is held open; five callers queue behind it.
+        let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let (c, r) = (coalesced.clone(), reads.clone());
+            let asked = Instant::now();
+            tokio::spawn(async move {
+                c.get_since(asked, || async move {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    begun_tx.send(()).unwrap();
+                    end_rx.await.unwrap();
+                    Ok(0)
+                })
+                .await
+            })
+        };
+        begun_rx.await.unwrap();
+        let queued: Vec<_> = (0..5)
+            .map(|_| {
+                let (c, r) = (coalesced.clone(), reads.clone());
+                let asked = Instant::now();
+                tokio::spawn(async move {
+                    c.get_since(asked, || async move {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        Err("down")
+                    })
+                    .await
+                })
+            })
+            .collect();
+        end_tx.send(()).unwrap();
+        assert_eq!(first.await.unwrap(), Ok(0));
+        // One of them reads (read 2) and fails; the other four share the failure instead of
+        // each reading again in turn.
+        for q in queued {
+            assert_eq!(q.await.unwrap(), Err("down"));
+        }
+        assert_eq!(reads.load(Ordering::SeqCst), 2);
+        // A caller asking after the failure reads again.
         let asked = Instant::now();
-        assert_eq!(
-            coalesced.get_since(asked, || async { Err("down") }).await,
-            Err("down")
-        );
-        assert_eq!(
-            coalesced
-                .get_since(asked, || async { Ok::<_, &str>(7) })
-                .await,
-            Ok(7)
-        );
+        assert_eq!(coalesced.get_since(asked, || async { Ok(7) }).await, Ok(7));
     }
 }

@@ -33,6 +33,14 @@ pub enum LookupError {
     Node(#[source] kube::Error),
     #[error("reading the Machines from the API server (the cache had none for the node): {0}")]
     Machines(#[source] crate::inventory::LiveReadError),
+    #[error(
+        "kube-apiserver has a Machine for node {node:?} that the approver's Machine cache still \
+         lacks after {waited:?} (is the Machine watch failing?)"
+    )]
+    MachineCacheBehind {
+        node: String,
+        waited: std::time::Duration,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -679,40 +679,50 @@ async fn a_machine_made_just_before_its_csr_is_found_when_the_cache_is_behind() 
         .wait_metric("nodeauth_approver_workload_clusters_led", 1.0)
         .await;
     let client = bootstrap_client(plane).await;
+    let metric = |name: &str, needle: &str| approver.0.metric(name, needle).unwrap();
     let misses = |found: &str| {
-        approver
-            .0
-            .metric(
-                "nodeauth_approver_machine_cache_misses_total",
-                &format!("found=\"{found}\""),
-            )
-            .unwrap()
+        metric(
+            "nodeauth_approver_machine_cache_misses_total",
+            &format!("found=\"{found}\""),
+        )
+    };
+    let waits = || {
+        metric(
+            "nodeauth_approver_left_alone_total",
+            "reason=\"waiting_for_machine_cache\"",
+        )
     };
 
     // A first join: the cluster is served, its Machine cache synced.
     approved_join(plane, &client, &namespace, &cluster, 30).await;
-    let found_before = misses("true");
 
     // From now on every chunk between the approver and the management cluster arrives 1 s
     // late, the new Machine's watch event included; the CSR reaches the approver at once.
     proxy.set_mode(ProxyMode::Delay(Duration::from_secs(1)));
-    let node = machine_for(&namespace, &cluster, "late").await;
-    let csr = client_csr(&client, &node).await;
-    let (verdict, message) = decided(plane, &csr, 60).await;
-    assert_eq!(verdict, "Approved", "{message}");
-    // kube-apiserver had the Machine the cache had not (were the cache up to date, this
-    // would not count and the test would not show what it is for).
-    assert!(misses("true") >= found_before + 1.0);
-    // ... and the CSR was decided on a later look, from the cache (never from the read alone).
+    // Each attempt must be approved. One whose CSR the approver looked at only after the
+    // delayed event had arrived (a very slow look) shows nothing, so up to three are made
+    // until one found the cache behind.
+    let mut shown = false;
+    for _ in 0..3 {
+        let (found_before, waits_before) = (misses("true"), waits());
+        let node = machine_for(&namespace, &cluster, "late").await;
+        let csr = client_csr(&client, &node).await;
+        let (verdict, message) = decided(plane, &csr, 60).await;
+        assert_eq!(verdict, "Approved", "{message}");
+        // kube-apiserver had the Machine the cache had not, and the CSR was decided on a
+        // later look, from the cache (never from the read alone).
+        if misses("true") > found_before {
+            assert!(
+                waits() > waits_before,
+                "found behind, yet decided on that look"
+            );
+            shown = true;
+            break;
+        }
+    }
     assert!(
-        approver
-            .0
-            .metric(
-                "nodeauth_approver_left_alone_total",
-                "reason=\"waiting_for_machine_cache\""
-            )
-            .unwrap()
-            >= 1.0
+        shown,
+        "the cache was never behind: the delay did not hold the watch back"
     );
 
     // A name no Machine has is still denied, after the same read.
@@ -721,7 +731,7 @@ async fn a_machine_made_just_before_its_csr_is_found_when_the_cache_is_behind() 
     let (verdict, message) = decided(plane, &nobody, 60).await;
     assert_eq!(verdict, "Denied", "{message}");
     assert!(message.contains("no Machine matches"), "{message}");
-    assert_eq!(misses("false"), not_found_before + 1.0);
+    assert!(misses("false") > not_found_before);
 }
 
 #[tokio::test]
