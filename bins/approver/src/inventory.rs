@@ -404,26 +404,42 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Starts read 1, which counts itself in `reads` and gives `value` once the returned
+    /// sender is used; returns when it has begun.
+    async fn held_read<T, E>(
+        coalesced: &Arc<Coalesced<T, E>>,
+        reads: &Arc<AtomicUsize>,
+        value: T,
+    ) -> (
+        tokio::task::JoinHandle<Result<T, E>>,
+        tokio::sync::oneshot::Sender<()>,
+    )
+    where
+        T: Clone + Send + Sync + 'static,
+        E: Clone + Send + Sync + 'static,
+    {
+        let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let (c, r) = (coalesced.clone(), reads.clone());
+        let asked = Instant::now();
+        let task = tokio::spawn(async move {
+            c.get_since(asked, || async move {
+                r.fetch_add(1, Ordering::SeqCst);
+                begun_tx.send(()).unwrap();
+                end_rx.await.unwrap();
+                Ok(value)
+            })
+            .await
+        });
+        begun_rx.await.unwrap();
+        (task, end_tx)
+    }
+
     #[tokio::test]
     async fn callers_waiting_on_one_read_share_the_next_and_never_an_older_one() {
         let reads = Arc::new(AtomicUsize::new(0));
         let coalesced = Arc::new(Coalesced::<usize, ()>::default());
-        // Read 1 tells when it has begun and ends when told to.
-        let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
-        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
-        let first = {
-            let (c, r) = (coalesced.clone(), reads.clone());
-            let asked = Instant::now();
-            tokio::spawn(async move {
-                c.get_since(asked, || async move {
-                    begun_tx.send(()).unwrap();
-                    end_rx.await.unwrap();
-                    Ok::<_, ()>(r.fetch_add(1, Ordering::SeqCst) + 1)
-                })
-                .await
-            })
-        };
-        begun_rx.await.unwrap();
+        let (first, end_tx) = held_read(&coalesced, &reads, 1).await;
         // Ten callers that ask while read 1 is in flight share read 2.
         let read = |reads: Arc<AtomicUsize>| async move {
             Ok::<_, ()>(reads.fetch_add(1, Ordering::SeqCst) + 1)
@@ -491,22 +507,7 @@ mod tests {
         let reads = Arc::new(AtomicUsize::new(0));
         let coalesced = Arc::new(Coalesced::<u8, &str>::default());
         // Read 1 is held open; five callers queue behind it.
-        let (begun_tx, begun_rx) = tokio::sync::oneshot::channel();
-        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
-        let first = {
-            let (c, r) = (coalesced.clone(), reads.clone());
-            let asked = Instant::now();
-            tokio::spawn(async move {
-                c.get_since(asked, || async move {
-                    r.fetch_add(1, Ordering::SeqCst);
-                    begun_tx.send(()).unwrap();
-                    end_rx.await.unwrap();
-                    Ok(0)
-                })
-                .await
-            })
-        };
-        begun_rx.await.unwrap();
+        let (first, end_tx) = held_read(&coalesced, &reads, 0).await;
         let queued: Vec<_> = (0..5)
             .map(|_| {
                 let (c, r) = (coalesced.clone(), reads.clone());
