@@ -14,8 +14,8 @@ use nodeauth_k8s::error::is_conflict;
 use nodeauth_k8s::{CsrState, Written, csr_state};
 use nodeauth_policy::k8s::{csr_facts, node_facts};
 use nodeauth_policy::{
-    CODE_NODE_MUST_NOT_EXIST, CODE_OLDER_PENDING, Context, CsrFacts, Decision, NameReservation,
-    Policy, Rule, RuleResult, SanHolder, Verdict,
+    CODE_NODE_MUST_NOT_EXIST, CODE_OLDER_PENDING, Context, CsrFacts, Decision, MachineFacts,
+    NameReservation, Policy, Rule, RuleResult, SanHolder, Verdict,
 };
 use nodeauth_runtime::{Action, EventPublisher, ReconcileMetrics};
 
@@ -177,7 +177,13 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
     // If it is then denied, the name is released once the denial is written.
     let denied = |holder: Holder<'_>| holder_denied(holder, ctx);
     let uid = csr.metadata.uid.as_deref().unwrap_or("");
-    let early = early_reservation(csr, &facts, policy, ctx);
+    // The node's Machines in the cache, when this look reads them (see `lookup`): taken once,
+    // before the attestation check, for the early reservation and the lookups alike.
+    let cached_machines = facts
+        .node_name()
+        .filter(|_| machines_needed(policy, ctx.pins_from_machines()))
+        .map(|node| crate::inventory::machines_for(&ctx.machines, node));
+    let early = early_reservation(csr, &facts, policy, cached_machines.as_deref(), ctx);
     let reserve_early = async {
         match early {
             Some(node) => Some(
@@ -188,7 +194,10 @@ async fn decide(csr: &CertificateSigningRequest, name: &str, ctx: &Ctx) -> Resul
             None => None,
         }
     };
-    let (context, reserved) = futures::join!(lookup(csr, &facts, policy, now, ctx), reserve_early);
+    let (context, reserved) = futures::join!(
+        lookup(csr, &facts, policy, cached_machines, now, ctx),
+        reserve_early
+    );
     let mut reserved = reserved
         .transpose()
         .map_err(|e| lookup_error(LookupError::Reservation(e)))?;
@@ -337,6 +346,7 @@ fn early_reservation<'f>(
     csr: &CertificateSigningRequest,
     facts: &'f CsrFacts,
     policy: &Policy,
+    cached_machines: Option<&[MachineFacts]>,
     ctx: &Ctx,
 ) -> Option<&'f str> {
     if ctx.dry_run
@@ -353,9 +363,7 @@ fn early_reservation<'f>(
     // A request whose Machine the cache does not have cannot be decided on this look (see
     // `lookup`): it reserves once it can be, so a request parked on a lagging cache, then
     // deleted, leaves no reservation behind.
-    if machines_needed(policy, ctx.pins_from_machines())
-        && crate::inventory::machines_for(&ctx.machines, node).is_empty()
-    {
+    if cached_machines.is_some_and(<[MachineFacts]>::is_empty) {
         return None;
     }
     // Any other pending request for the name, whatever its policy or requester: reserving now
@@ -535,11 +543,12 @@ fn machines_needed(policy: &Policy, pins_from_machines: bool) -> bool {
 }
 
 /// What the policy's rules read about `csr`; `None` when the Machine cache is behind (look
-/// again soon).
+/// again soon). `cached_machines`: the node's Machines in the cache, when the look reads them.
 async fn lookup(
     csr: &CertificateSigningRequest,
     facts: &CsrFacts,
     policy: &Policy,
+    cached_machines: Option<Vec<MachineFacts>>,
     now: jiff::Timestamp,
     ctx: &Ctx,
 ) -> Result<Option<Context>, LookupError> {
@@ -547,39 +556,35 @@ async fn lookup(
     let asked = Instant::now();
     let mut context = Context::empty(now);
     let reads = |pred: fn(&Rule) -> bool| policy.rules.iter().any(pred);
-    // The Machines the node's rules read, from the cache, before anything else: the EK pins
-    // the attestation check reads come from the same cache, after this, so the rules never
-    // see a Machine the pins did not. When the cache has none for the node, kube-apiserver is
-    // asked (see `LiveMachines`): none there either, and the rules fail on none; one there,
-    // and the cache is behind, so this look ends here and the CSR is looked at again once the
-    // cache may have it (deciding on the read's Machine would pair it with pins read from the
-    // cache without it; and pins read from a cache without the node's Machine would let any
-    // EK the CAs vouch for claim a name its Machine pins).
-    let mut machines = Vec::new();
-    if let Some(node) = facts.node_name()
-        && machines_needed(policy, ctx.pins_from_machines())
+    // The Machines the node's rules read, from the cache before anything else (the caller
+    // took them): the EK pins the attestation check reads come from the same cache, after
+    // this, so the rules never see a Machine the pins did not. When the cache has none for
+    // the node, kube-apiserver is asked (see `LiveMachines`): none there either, and the rules
+    // fail on none; one there, and the cache is behind, so this look ends here and the CSR is
+    // looked at again once the cache may have it (deciding on the read's Machine would pair it
+    // with pins read from the cache without it; and pins read from a cache without the node's
+    // Machine would let any EK the CAs vouch for claim a name its Machine pins).
+    if let (Some(node), Some(cached)) = (facts.node_name(), &cached_machines)
+        && cached.is_empty()
     {
-        machines = crate::inventory::machines_for(&ctx.machines, node);
-        if machines.is_empty() {
-            let behind = !ctx
-                .live_machines
-                .for_node(node, asked)
-                .await
-                .map_err(LookupError::Machines)?
-                .is_empty();
-            ctx.metrics.machine_cache_miss(behind);
-            if behind {
-                // A cache this far behind is a broken watch, not a lag: retried with backoff
-                // and a warning from here on, never decided on the LIST.
-                let waited = now.duration_since(facts.created_at).as_secs_f64();
-                if waited > ctx.node_wait.as_secs_f64() {
-                    return Err(LookupError::MachineCacheBehind {
-                        node: node.to_owned(),
-                        waited: Duration::from_secs_f64(waited.max(0.0)),
-                    });
-                }
-                return Ok(None);
+        let behind = !ctx
+            .live_machines
+            .for_node(node, asked)
+            .await
+            .map_err(LookupError::Machines)?
+            .is_empty();
+        ctx.metrics.machine_cache_miss(behind);
+        if behind {
+            // A cache this far behind is a broken watch, not a lag: retried with backoff and
+            // a warning from here on, never decided on the LIST.
+            let waited = now.duration_since(facts.created_at).as_secs_f64();
+            if waited > ctx.node_wait.as_secs_f64() {
+                return Err(LookupError::MachineCacheBehind {
+                    node: node.to_owned(),
+                    waited: Duration::from_secs_f64(waited.max(0.0)),
+                });
             }
+            return Ok(None);
         }
     }
     // The reads that may go to the API server (the live Node, a SubjectAccessReview, the
@@ -627,7 +632,7 @@ async fn lookup(
     let (node, sar, attestation) = futures::join!(node, sar, attestation);
     let (node, sar, attestation) = (node?, sar?, attestation?);
     if reads(Rule::reads_machines) {
-        context.machines = machines;
+        context.machines = cached_machines.unwrap_or_default();
     }
     context.node = node;
     if let Some(sar) = sar {

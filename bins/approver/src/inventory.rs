@@ -113,23 +113,20 @@ impl Inventory {
             >,
         >,
     ) -> Self {
-        let mut inv = Inventory {
-            machines: Vec::new(),
-            live_machines: Arc::default(),
-            stores: Vec::new(),
-            drivers: Vec::new(),
-        };
+        let mut machines = Vec::new();
         let mut live = Vec::new();
+        let mut stores = Vec::new();
+        let mut drivers = Vec::new();
         for kind in machine_kinds {
             let (kind, group) = match kind.as_str() {
                 "capi" => (MachineKind::ClusterApi, "cluster.x-k8s.io"),
                 _ => (MachineKind::OpenShift, "machine.openshift.io"),
             };
             let cached = cached_machines.clone();
-            let machines = resource(group, "v1beta1", "Machine", "machines");
-            let (api, selector) = scoped(client, &machines, scope);
+            let machine_api = resource(group, "v1beta1", "Machine", "machines");
+            let (api, selector) = scoped(client, &machine_api, scope);
             live.push((kind, api, selector));
-            let (store, driver) = reflect(client, &machines, scope, move |store| {
+            let (store, driver) = reflect(client, &machine_api, scope, move |store| {
                 if let Some(cached) = &cached {
                     let count = i64::try_from(store.state().len()).unwrap_or(i64::MAX);
                     cached
@@ -137,14 +134,19 @@ impl Inventory {
                         .set(count);
                 }
             });
-            inv.machines.push((kind, store.clone()));
-            inv.stores.push(store);
-            inv.drivers.push(driver);
+            machines.push((kind, store.clone()));
+            stores.push(store);
+            drivers.push(driver);
         }
-        inv.live_machines = Arc::new(LiveMachines {
-            sources: live,
-            last: Coalesced::new(LIVE_READ_GAP),
-        });
+        let mut inv = Inventory {
+            machines,
+            live_machines: Arc::new(LiveMachines {
+                sources: live,
+                last: Coalesced::new(LIVE_READ_GAP),
+            }),
+            stores,
+            drivers,
+        };
         if let Some(policies) = policies {
             let resource = resource(
                 "nodeauth.io",
@@ -237,13 +239,19 @@ pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<Machi
     stores
         .iter()
         .flat_map(|(kind, store)| {
-            store.state().into_iter().filter_map(move |m| {
-                serde_json::to_value(m.as_ref())
-                    .ok()
-                    .and_then(|v| machine_facts(*kind, &v))
-            })
+            store
+                .state()
+                .into_iter()
+                .filter_map(move |m| facts_of(*kind, &m))
         })
         .collect()
+}
+
+/// What the rules read of one Machine object of `kind` (`None`: not a readable Machine).
+pub fn facts_of(kind: MachineKind, machine: &DynamicObject) -> Option<MachineFacts> {
+    serde_json::to_value(machine)
+        .ok()
+        .and_then(|v| machine_facts(kind, &v))
 }
 
 /// The Machines as kube-apiserver has them now, for a node the Machine cache has no Machine
@@ -265,7 +273,6 @@ pub fn all_machines(stores: &[(MachineKind, Store<DynamicObject>)]) -> Vec<Machi
 /// misses that arrive meanwhile share the next read (one begun after they arrived), so a flood
 /// of requests for names that have no Machine costs kube-apiserver at most 5 LISTs a second
 /// per inventory, and each miss one round trip and up to 200 ms more.
-#[derive(Default)]
 pub struct LiveMachines {
     sources: Vec<(MachineKind, Api<DynamicObject>, Option<String>)>,
     last: Coalesced<Arc<Vec<MachineFacts>>, LiveReadError>,
@@ -323,11 +330,7 @@ impl LiveMachines {
                 api: kind.api_group(),
                 message: e.to_string(),
             })?;
-            out.extend(list.items.iter().filter_map(|m| {
-                serde_json::to_value(m)
-                    .ok()
-                    .and_then(|v| machine_facts(*kind, &v))
-            }));
+            out.extend(list.items.iter().filter_map(|m| facts_of(*kind, m)));
         }
         Ok(out)
     }
@@ -344,12 +347,6 @@ pub struct Coalesced<T, E> {
     /// Held while reading; holds when the newest read began.
     reading: tokio::sync::Mutex<Option<Instant>>,
     min_gap: Duration,
-}
-
-impl<T: Clone, E: Clone> Default for Coalesced<T, E> {
-    fn default() -> Self {
-        Self::new(Duration::ZERO)
-    }
 }
 
 impl<T: Clone, E: Clone> Coalesced<T, E> {
@@ -438,7 +435,7 @@ mod tests {
     #[tokio::test]
     async fn callers_waiting_on_one_read_share_the_next_and_never_an_older_one() {
         let reads = Arc::new(AtomicUsize::new(0));
-        let coalesced = Arc::new(Coalesced::<usize, ()>::default());
+        let coalesced = Arc::new(Coalesced::<usize, ()>::new(Duration::ZERO));
         let (first, end_tx) = held_read(&coalesced, &reads, 1).await;
         // Ten callers that ask while read 1 is in flight share read 2.
         let read = |reads: Arc<AtomicUsize>| async move {
@@ -505,7 +502,7 @@ mod tests {
     #[tokio::test]
     async fn a_failure_is_shared_with_callers_queued_behind_it_and_read_again_after() {
         let reads = Arc::new(AtomicUsize::new(0));
-        let coalesced = Arc::new(Coalesced::<u8, &str>::default());
+        let coalesced = Arc::new(Coalesced::<u8, &str>::new(Duration::ZERO));
         // Read 1 is held open; five callers queue behind it.
         let (first, end_tx) = held_read(&coalesced, &reads, 0).await;
         let queued: Vec<_> = (0..5)

@@ -12,7 +12,6 @@ use nodeauth_attest::{Envelope, Registry};
 use nodeauth_k8s::KubeAttestationStore;
 use nodeauth_k8s::access::{self, Requester, csr_resource};
 use nodeauth_policy::MachineKind;
-use nodeauth_policy::k8s::machine_facts;
 use nodeauth_policy::{AttestationSummary, CsrFacts, SarAnswers};
 use nodeauth_runtime::CancellationToken;
 use nodeauth_tpm::pin::{
@@ -97,10 +96,7 @@ impl EkPins for ApproverPins {
                 else {
                     continue;
                 };
-                let Some(facts) = serde_json::to_value(m.as_ref())
-                    .ok()
-                    .and_then(|v| machine_facts(*kind, &v))
-                else {
+                let Some(facts) = crate::inventory::facts_of(*kind, &m) else {
                     continue;
                 };
                 let source = format!(
